@@ -1,0 +1,158 @@
+"""Entry points the server runs inside the kernel, and the channel back to it.
+
+The server sends one silent ``execute_request`` whose code calls ``capture`` or ``restore`` with a
+base64 JSON argument. Progress and the final result travel back as display_data messages with our
+own MIME types on IOPub: frontends ignore them (the request is not theirs) and nothing is added to
+the user's namespace or history.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+
+from ..store import IntegrityError, Store, StoreError
+from ..units import size_text
+from . import api
+from .capture import CaptureError, environment, make_plan, write_plan
+from .restore import RestoreError, load_blobs, restore_objects
+
+MIME_PROGRESS = "application/vnd.jupyter-gpu-pause.progress+json"
+MIME_RESULT = "application/vnd.jupyter-gpu-pause.result+json"
+
+
+def _shell():
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    if shell is None:
+        raise RuntimeError("jupyter_gpu_pause's agent runs inside an IPython kernel")
+    return shell
+
+
+def _publish(mime: str, data: dict) -> None:
+    from IPython.display import publish_display_data
+
+    publish_display_data({mime: data})
+
+
+class _Progress:
+    """Publishes progress at most four times a second (and always the last update)."""
+
+    def __init__(self):
+        self._last = 0.0
+
+    def __call__(self, phase: str, done: int, total: int) -> None:
+        now = time.monotonic()
+        if now - self._last >= 0.25 or done >= total:
+            self._last = now
+            _publish(MIME_PROGRESS, {"phase": phase, "done_bytes": done, "total_bytes": total})
+
+
+def _decode(arg: str) -> dict:
+    return json.loads(base64.b64decode(arg))
+
+
+def _fail(message: str, reason: str, check: str | None = None) -> None:
+    _publish(
+        MIME_RESULT, {"ok": False, "error": {"message": message, "reason": reason, "check": check}}
+    )
+
+
+def _plan(mode: str):
+    shell = _shell()
+    reg = api.REGISTRY
+    hooks = {"on_pause": list(reg.on_pause), "on_restore": list(reg.on_restore)}
+    return make_plan(shell.user_ns, shell.user_ns_hidden, list(reg.names), mode, hooks)
+
+
+def capture(arg: str) -> None:
+    """Run on_pause hooks, plan, check the size limit, write blobs; publish the result."""
+    params = _decode(arg)
+    try:
+        for fn in list(api.REGISTRY.on_pause):
+            fn()
+        plan = _plan(params.get("capture", "namespace"))
+        limit = int(params.get("max_bytes") or 0)
+        if limit and plan.total_bytes > limit:
+            raise CaptureError(
+                f"the checkpoint would be {plan.total_bytes} bytes, above the limit of {limit} "
+                "bytes set by the administrator (max_checkpoint_bytes)",
+                "too-large",
+            )
+        store = Store(params["store_url"], params.get("store_options") or {})
+        result = write_plan(plan, store, progress=_Progress(), verify=params.get("verify", True))
+        result["kernel"], result["origin"] = environment()
+        result["registered"] = api.registered()
+        _publish(MIME_RESULT, {"ok": True, "result": result})
+    except CaptureError as e:
+        _fail(str(e), e.reason)
+    except StoreError as e:
+        _fail(f"the store could not be written: {e}", "store")
+    except Exception as e:  # a hook or an object misbehaved: report it, change nothing
+        _fail(f"capture failed: {type(e).__name__}: {e}", "agent-error")
+
+
+def restore(arg: str) -> None:
+    """Check all blobs, rebuild objects into the namespace, run on_restore hooks; publish report."""
+    params = _decode(arg)
+    doc = params["manifest"]
+    try:
+        store = Store(params["store_url"], params.get("store_options") or {})
+        blobs = load_blobs(doc, store, progress=_Progress())
+        report = restore_objects(doc, blobs, _shell().user_ns, params.get("device", "any"))
+    except IntegrityError as e:
+        return _fail(f"checkpoint {doc['checkpoint_id']} was refused: {e}", "integrity", e.check)
+    except RestoreError as e:
+        return _fail(str(e), e.reason)
+    except StoreError as e:
+        return _fail(f"the store could not be read: {e}", "store")
+    except Exception as e:
+        return _fail(f"restore failed: {type(e).__name__}: {e}", "agent-error")
+    hooks = report.pop("hooks") or {}
+    api.register(*report["registered"])
+    api.REGISTRY.on_pause[:] = hooks.get("on_pause", [])
+    api.REGISTRY.on_restore[:] = hooks.get("on_restore", [])
+    for fn in api.REGISTRY.on_restore:
+        try:
+            fn()
+        except Exception as e:
+            report["failed"].append(
+                {"name": f"on_restore hook {getattr(fn, '__name__', fn)!s}", "reason": repr(e)}
+            )
+    api.REGISTRY.last_restore = report
+    _publish(MIME_RESULT, {"ok": True, "result": report})
+
+
+class CheckReport(dict):
+    """The answer of ``gp.check()``: a dict that prints as a readable table."""
+
+    def __repr__(self) -> str:
+        lines = [f"A pause would save {len(self['objects'])} objects, {size_text(self['bytes'])}:"]
+        for o in self["objects"]:
+            flag = " (registered)" if o.get("required") else ""
+            lines.append(f"  {o['name']:<24} {size_text(o['bytes']):>10}{flag}")
+        if self["skipped"]:
+            lines.append(f"Cannot be saved ({len(self['skipped'])}):")
+            lines += [f"  {s['name']:<24} {s['reason']}" for s in self["skipped"]]
+        if self.get("error"):
+            lines.append(f"Pause would FAIL: {self['error']}")
+        return "\n".join(lines)
+
+    def _repr_pretty_(self, p, cycle) -> None:
+        p.text(repr(self))
+
+
+def dry_run(mode: str = "namespace") -> CheckReport:
+    """What a pause would save and skip, without writing anything."""
+    try:
+        plan = _plan(mode)
+    except CaptureError as e:
+        return CheckReport(objects=[], skipped=[], bytes=0, error=str(e))
+    objects = [
+        {"name": o["name"], "bytes": o["bytes"], "required": o.get("required", False)}
+        for o in plan.objects
+        if o["kind"] != "hooks"
+    ]
+    return CheckReport(objects=objects, skipped=plan.skipped, bytes=plan.total_bytes, error=None)

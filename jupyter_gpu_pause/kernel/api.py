@@ -1,0 +1,126 @@
+"""The kernel API users call from a notebook: register names, dry-run, hooks, ask for a pause.
+
+State lives in one module-level registry so that ``import jupyter_gpu_pause as gp`` in any cell
+sees the same registrations; the registry itself is saved with the checkpoint and restored.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import urllib.error
+import urllib.request
+
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class _Registry:
+    def __init__(self):
+        self.names: list[str] = []
+        self.on_pause: list = []
+        self.on_restore: list = []
+        self.last_restore: dict | None = None
+
+
+REGISTRY = _Registry()
+
+
+def register(*names: str) -> list[str]:
+    """Mark variables as required: a pause fails (and changes nothing) if one cannot be saved.
+
+    Names are looked up in the notebook namespace at pause time, so registering before the
+    variable exists is fine.
+    """
+    for n in names:
+        if not isinstance(n, str) or not _IDENT.match(n):
+            raise ValueError(f"{n!r} is not a variable name")
+    for n in names:
+        if n not in REGISTRY.names:
+            REGISTRY.names.append(n)
+    return registered()
+
+
+def unregister(*names: str) -> list[str]:
+    """Stop requiring these names (they are still saved best effort in namespace mode)."""
+    REGISTRY.names[:] = [n for n in REGISTRY.names if n not in names]
+    return registered()
+
+
+def registered() -> list[str]:
+    return list(REGISTRY.names)
+
+
+def on_pause(fn):
+    """Call ``fn()`` before each capture (e.g. to flush a logger). Usable as a decorator."""
+    if not callable(fn):
+        raise TypeError("on_pause needs a callable")
+    REGISTRY.on_pause.append(fn)
+    return fn
+
+
+def on_restore(fn):
+    """Call ``fn()`` after each restore (e.g. to rebuild a DataLoader). Usable as a decorator."""
+    if not callable(fn):
+        raise TypeError("on_restore needs a callable")
+    REGISTRY.on_restore.append(fn)
+    return fn
+
+
+def last_restore() -> dict | None:
+    """The report of the restore that built this kernel: restored, failed and skipped names."""
+    return REGISTRY.last_restore
+
+
+def check():
+    """Dry run: what a pause would save, the sizes, and what cannot be saved and why."""
+    from .agent import dry_run
+
+    return dry_run()
+
+
+def _kernel_id() -> str:
+    from ipykernel.connect import get_connection_file
+
+    name = os.path.basename(get_connection_file())
+    m = re.match(r"kernel-(.+)\.json$", name)
+    if not m:
+        raise RuntimeError(f"cannot tell this kernel's id from its connection file {name}")
+    return m.group(1)
+
+
+def _server_call(method: str, path: str, body: dict | None = None) -> dict:
+    base = os.environ.get("JUPYTER_GPU_PAUSE_URL")
+    token = os.environ.get("JUPYTER_GPU_PAUSE_TOKEN", "")
+    if not base:
+        raise RuntimeError(
+            "this kernel was not started by a Jupyter server with jupyter_gpu_pause enabled"
+        )
+    req = urllib.request.Request(
+        base.rstrip("/") + "/gpu-pause/api/" + path,
+        method=method,
+        data=None if body is None else json.dumps(body).encode(),
+        headers={"Authorization": f"token {token}", "Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return json.loads(r.read() or b"{}")
+    except urllib.error.HTTPError as e:
+        try:
+            message = json.loads(e.read()).get("message")
+        except ValueError:
+            message = None
+        raise RuntimeError(message or f"the server answered {e.code}") from None
+
+
+def session() -> dict:
+    """This kernel's session as the server sees it (state, checkpoint, message)."""
+    found = _server_call("GET", f"sessions?kernel_id={_kernel_id()}")["sessions"]
+    if not found:
+        raise RuntimeError("the server knows no notebook session for this kernel")
+    return found[0]
+
+
+def pause() -> dict:
+    """Ask the server to pause this kernel's session once the running cell has finished."""
+    return _server_call("POST", f"sessions/{session()['id']}/pause", {})

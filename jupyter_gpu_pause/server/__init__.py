@@ -1,0 +1,1 @@
+"""The Jupyter server side: extension app, lifecycle service, records, handlers."""

@@ -1,0 +1,48 @@
+"""Domain errors: what went wrong in words a user can act on, plus a status for the REST API.
+
+Services raise these; the handlers turn them into ``{"message", "reason"}`` with the status.
+"""
+
+from __future__ import annotations
+
+
+class GpuPauseError(Exception):
+    status = 500
+    reason = "error"
+
+    def __init__(self, message: str, reason: str | None = None):
+        super().__init__(message)
+        self.message = message
+        if reason:
+            self.reason = reason
+
+
+class BadRequest(GpuPauseError):
+    status = 400
+    reason = "bad-request"
+
+
+class NotFound(GpuPauseError):
+    status = 404
+    reason = "not-found"
+
+
+class WrongState(GpuPauseError):
+    status = 409
+    reason = "wrong-state"
+
+
+class AgentFailed(GpuPauseError):
+    """The agent inside the kernel reported an error; the kernel itself is fine."""
+
+    reason = "agent"
+
+    def __init__(self, message: str, reason: str | None = None, check: str | None = None):
+        super().__init__(message, reason)
+        self.check = check
+
+
+class KernelDied(GpuPauseError):
+    """The kernel process died (or was restarted) while an operation was talking to it."""
+
+    reason = "kernel-died"

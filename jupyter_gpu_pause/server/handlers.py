@@ -1,0 +1,158 @@
+"""REST handlers under ``{base_url}gpu-pause/api/``: parse, call one service method, serialize.
+
+Every verb is authenticated and authorized against the resource ``gpu_pause``; domain errors
+become ``{"message", "reason"}`` with their status in one place (``_maps_errors``).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+
+from jupyter_server.auth.decorator import authorized
+from jupyter_server.base.handlers import APIHandler
+from jupyter_server.extension.handler import ExtensionHandlerMixin
+from tornado import web
+
+from .errors import BadRequest, GpuPauseError
+
+AUTH_RESOURCE = "gpu_pause"
+SID = r"(?P<session_id>[0-9a-fA-F-]{1,64})"
+
+
+def _maps_errors(method):
+    @functools.wraps(method)
+    async def wrapper(self, *args, **kwargs):
+        try:
+            return await method(self, *args, **kwargs)
+        except GpuPauseError as e:
+            raise web.HTTPError(e.status, e.message, reason=e.reason) from e
+
+    return wrapper
+
+
+def api(method):
+    """authenticated → authorized(gpu_pause) → domain errors mapped."""
+    return web.authenticated(authorized(_maps_errors(method)))
+
+
+class BaseHandler(ExtensionHandlerMixin, APIHandler):
+    auth_resource = AUTH_RESOURCE
+
+    @property
+    def lifecycle(self):
+        return self.settings["gpu_pause"]
+
+    def body(self, allowed: dict) -> dict:
+        """The JSON object body, checked against ``allowed`` = {field: type(s)}."""
+        raw = self.request.body or b"{}"
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            raise BadRequest("the request body is not valid JSON", "bad-json") from None
+        if not isinstance(data, dict):
+            raise BadRequest("the request body must be a JSON object", "bad-json")
+        for key, value in data.items():
+            if key not in allowed:
+                raise BadRequest(
+                    f"unknown field {key!r}; expected one of: {', '.join(allowed) or 'none'}",
+                    "unknown-field",
+                )
+            if value is not None and not isinstance(value, allowed[key]):
+                raise BadRequest(f"field {key!r} has the wrong type", "bad-field")
+        return data
+
+    def send(self, obj, status: int = 200) -> None:
+        self.set_status(status)
+        self.finish(json.dumps(obj))
+
+
+class SessionsHandler(BaseHandler):
+    @api
+    async def get(self):
+        sessions = await self.lifecycle.list(
+            path=self.get_query_argument("path", None),
+            kernel_id=self.get_query_argument("kernel_id", None),
+        )
+        self.send({"sessions": sessions})
+
+
+class SessionHandler(BaseHandler):
+    @api
+    async def get(self, session_id):
+        await self.lifecycle.refresh()
+        self.send(self.lifecycle.view(self.lifecycle.get(session_id)))
+
+    @api
+    async def delete(self, session_id):
+        flag = self.get_query_argument("delete_checkpoints", "false").lower()
+        if flag not in ("true", "false", "1", "0"):
+            raise BadRequest("delete_checkpoints must be true or false", "bad-query")
+        await self.lifecycle.delete(session_id, delete_checkpoints=flag in ("true", "1"))
+        self.set_status(204)
+        self.finish()
+
+
+class PauseHandler(BaseHandler):
+    @api
+    async def post(self, session_id):
+        self.body({})
+        s = await self.lifecycle.pause(session_id, reason="user")
+        self.send(self.lifecycle.view(s), 202)
+
+
+class ResumeHandler(BaseHandler):
+    @api
+    async def post(self, session_id):
+        b = self.body({"checkpoint_id": str, "device": str, "into_kernel": str})
+        s = await self.lifecycle.resume(
+            session_id,
+            checkpoint_id=b.get("checkpoint_id"),
+            device=b.get("device") or "any",
+            into_kernel=b.get("into_kernel"),
+        )
+        self.send(self.lifecycle.view(s), 202)
+
+
+class CancelHandler(BaseHandler):
+    @api
+    async def post(self, session_id):
+        self.body({})
+        s = await self.lifecycle.cancel(session_id)
+        self.send(self.lifecycle.view(s))
+
+
+class CheckpointsHandler(BaseHandler):
+    @api
+    async def get(self, session_id):
+        self.send({"checkpoints": await self.lifecycle.list_checkpoints(session_id)})
+
+
+class CapacityHandler(BaseHandler):
+    @api
+    async def get(self):
+        self.send(self.lifecycle.capacity.describe())
+
+
+class EventsHandler(BaseHandler):
+    @api
+    async def get(self):
+        events = await self.lifecycle.events(
+            since=self.get_query_argument("since", None),
+            session_id=self.get_query_argument("session_id", None),
+        )
+        self.send({"events": events})
+
+
+def handlers() -> list[tuple[str, type]]:
+    base = r"/gpu-pause/api"
+    return [
+        (rf"{base}/sessions", SessionsHandler),
+        (rf"{base}/sessions/{SID}", SessionHandler),
+        (rf"{base}/sessions/{SID}/pause", PauseHandler),
+        (rf"{base}/sessions/{SID}/resume", ResumeHandler),
+        (rf"{base}/sessions/{SID}/cancel", CancelHandler),
+        (rf"{base}/sessions/{SID}/checkpoints", CheckpointsHandler),
+        (rf"{base}/capacity", CapacityHandler),
+        (rf"{base}/events", EventsHandler),
+    ]

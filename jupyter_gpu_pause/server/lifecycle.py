@@ -1,0 +1,479 @@
+"""Pause and resume, one straight line each.
+
+Pause: wait for the running cell → agent writes blobs → server signs, writes and verifies the
+manifest → only then the kernel is shut down and the GPU released. Any error before the last
+step leaves the kernel running with its state and the session active.
+
+Resume: pick the newest checkpoint that verifies → wait for capacity → start a kernel (or use
+the one the caller named) → agent checks every blob, then restores → attach the notebook.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import posixpath
+from dataclasses import dataclass
+
+from ..store import IntegrityError, StoreError
+from ..store.format import check_checkpoint_id, iso, new_checkpoint_id, utcnow
+from ..units import size_text
+from .capacity import CapacityProvider
+from .checkpoints import Checkpoints
+from .errors import AgentFailed, BadRequest, GpuPauseError, KernelDied, NotFound, WrongState
+from .kernels import KernelBridge
+from .model import RUNNING, Session
+from .records import Records
+from .views import session_json
+
+DEVICES = ("gpu", "cpu", "any")
+
+
+@dataclass
+class Op:
+    kind: str  # "pause" | "resume"
+    task: asyncio.Task | None = None
+    committed: bool = False  # pause: manifest verified, cancel no longer possible
+    kernel_id: str | None = None  # resume: the kernel being restored into
+
+
+class Lifecycle:
+    """The one service the handlers call; owns the session table and running operations."""
+
+    def __init__(
+        self,
+        *,
+        bridge: KernelBridge,
+        records: Records,
+        checkpoints: Checkpoints,
+        capacity: CapacityProvider,
+        settings: dict,
+        log,
+    ):
+        self.bridge, self.records, self.checkpoints = bridge, records, checkpoints
+        self.capacity, self.settings, self.log = capacity, settings, log
+        self.sessions: dict[str, Session] = {}
+        self._ops: dict[str, Op] = {}
+
+    # -- startup, sync -----------------------------------------------------------------------
+    async def start(self) -> None:
+        """Load records and repair what a stopped server left half-done."""
+        for s in await self.records.load_sessions():
+            self.sessions[s.id] = s
+            if s.state in ("waiting", "restoring"):
+                s.state, s.message = "paused", "Resume was interrupted by a server restart"
+                await self.records.save(s)
+        await self.refresh()
+
+    async def stop(self) -> None:
+        for op in list(self._ops.values()):
+            if op.task and not op.committed:
+                op.task.cancel()
+        await asyncio.gather(
+            *(op.task for op in self._ops.values() if op.task), return_exceptions=True
+        )
+
+    async def refresh(self) -> None:
+        """Track every Jupyter session's kernel; settle records whose kernel has gone."""
+        live = await self.bridge.jupyter_sessions()
+        by_kernel = {s.kernel_id: s for s in self.sessions.values() if s.kernel_id}
+        busy_kernels = {op.kernel_id for op in self._ops.values() if op.kernel_id}
+        for js in live:
+            kid = js["kernel"]["id"]
+            known = by_kernel.get(kid)
+            if known:
+                if known.path != js["path"]:
+                    known.path, known.cwd = js["path"], posixpath.dirname(js["path"])
+                    await self.records.save(known)
+                continue
+            if kid in busy_kernels:
+                continue
+            s = Session(
+                path=js["path"],
+                name=js.get("name") or "",
+                type=js.get("type") or "notebook",
+                kernel_id=kid,
+                kernel_name=js["kernel"]["name"],
+                cwd=posixpath.dirname(js["path"]),
+            )
+            self.sessions[s.id] = s
+            await self.records.save(s)
+        for s in list(self.sessions.values()):
+            if (
+                s.state in RUNNING + ("pausing",)
+                and s.id not in self._ops
+                and not self.bridge.is_running(s.kernel_id)
+            ):
+                await self._kernel_gone(s)
+
+    async def _kernel_gone(self, s: Session) -> None:
+        """The kernel ended outside our control: keep a record only if a checkpoint exists."""
+        if not s.checkpoint:
+            del self.sessions[s.id]
+            await self.records.delete(s.id)
+            return
+        s.state, s.kernel_id = "paused", None
+        s.message = (
+            f"The kernel ended outside jupyter_gpu_pause; checkpoint {s.checkpoint['id']} "
+            "is the last saved state"
+        )
+        await self.records.save(s)
+
+    # -- queries -------------------------------------------------------------------------------
+    def get(self, session_id: str) -> Session:
+        try:
+            return self.sessions[session_id]
+        except KeyError:
+            raise NotFound(f"no session with id {session_id!r}", "unknown-session") from None
+
+    async def list(self, path: str | None = None, kernel_id: str | None = None) -> list[dict]:
+        await self.refresh()
+        found = [
+            s
+            for s in self.sessions.values()
+            if (path is None or s.path == path) and (kernel_id is None or s.kernel_id == kernel_id)
+        ]
+        return [self.view(s) for s in sorted(found, key=lambda s: (s.path, s.created))]
+
+    def view(self, s: Session) -> dict:
+        kernel = self.bridge.kernel(s.kernel_id) if self.bridge.is_running(s.kernel_id) else None
+        return session_json(s, kernel)
+
+    async def list_checkpoints(self, session_id: str) -> list[dict]:
+        self.get(session_id)
+        return await self.checkpoints.summaries(session_id)
+
+    async def events(self, since=None, session_id=None) -> list[dict]:
+        return await self.records.events(since=since, session_id=session_id)
+
+    async def _event(self, s: Session, type_: str, reason: str, **detail) -> None:
+        await self.records.add_event(s.id, type_, reason, detail)
+        self.log.info("gpu-pause %s %s (%s): %s", type_, s.path, reason, detail.get("message", ""))
+
+    def _start(self, s: Session, op: Op, coro) -> None:
+        self._ops[s.id] = op
+        op.task = asyncio.ensure_future(coro)
+        op.task.add_done_callback(lambda _t: self._ops.pop(s.id, None))
+
+    # -- pause ---------------------------------------------------------------------------------
+    async def pause(self, session_id: str, reason: str = "user") -> Session:
+        s = self.get(session_id)
+        op = self._ops.get(s.id)
+        if (op and op.kind == "pause") or (s.state == "paused" and not op):
+            return s  # join the running pause / already paused
+        if op or s.state not in RUNNING:
+            raise WrongState(f"cannot pause: the session is {s.state}")
+        language = self.bridge.language(s.kernel_name)
+        if language != "python":
+            raise WrongState(f"pause is not supported for {language} kernels", "unsupported-kernel")
+        if not self.bridge.is_running(s.kernel_id):
+            raise WrongState("cannot pause: the session's kernel is not running", "no-kernel")
+        busy = self.bridge.execution_state(s.kernel_id) == "busy"
+        s.state, s.error = "pausing", None
+        s.message = (
+            "Waiting for the running cell to finish before pausing"
+            if busy
+            else "Writing checkpoint"
+        )
+        s.progress = {
+            "phase": "waiting" if busy else "capturing",
+            "done_bytes": 0,
+            "total_bytes": None,
+        }
+        await self.records.save(s)
+        op = Op("pause")
+        self._start(s, op, self._pause(s, op, reason))
+        return s
+
+    def _on_progress(self, s: Session):
+        def update(p: dict) -> None:
+            s.progress = p
+
+        return update
+
+    async def _pause(self, s: Session, op: Op, reason: str) -> None:
+        kid = s.kernel_id
+        try:
+            await self.bridge.wait_idle(kid)
+            s.message, s.progress = (
+                "Writing checkpoint",
+                {"phase": "capturing", "done_bytes": 0, "total_bytes": None},
+            )
+            cid = new_checkpoint_id()
+            result = await self.bridge.run_agent(
+                kid,
+                "capture",
+                {
+                    "store_url": self.checkpoints.store.url,
+                    "store_options": self.settings["store_options"],
+                    "capture": self.settings["capture"],
+                    "max_bytes": self.settings["max_checkpoint_bytes"],
+                    "verify": self.settings["verify"],
+                },
+                self._on_progress(s),
+            )
+            s.progress = {"phase": "verifying", "done_bytes": 0, "total_bytes": None}
+            kernel_meta = {**result["kernel"], "kernelspec": s.kernel_name, "path": s.path}
+            parent = s.checkpoint["id"] if s.checkpoint else None
+            manifest = await self.checkpoints.commit(
+                s.id, cid, parent, kernel_meta, result["origin"], result
+            )
+            op.committed = True
+            await self.bridge.shutdown(kid)
+            self.capacity.release(s.id)
+        except asyncio.CancelledError:
+            s.state, s.message = "active", "Pause cancelled; the kernel was not touched"
+            await self._event(s, "cancelled", reason, message=s.message)
+            return
+        except KernelDied as e:
+            await self._pause_lost(s, reason, e)
+            return
+        except (GpuPauseError, StoreError, IntegrityError, OSError) as e:
+            await self._pause_refused(s, reason, e)
+            return
+        finally:
+            s.progress = None
+            await self.records.save(s)
+        s.state, s.kernel_id = "paused", None
+        s.checkpoint = _checkpoint_brief(manifest)
+        skipped = manifest.doc["skipped"]
+        s.message = (
+            f"Paused — {size_text(manifest.total_bytes)}, "
+            f"{len(manifest.doc['objects'])} objects saved"
+            + (f"; not saved: {', '.join(x['name'] for x in skipped)}" if skipped else "")
+        )
+        await self.records.save(s)
+        await self._event(
+            s,
+            "paused",
+            reason,
+            checkpoint_id=manifest.id,
+            bytes=manifest.total_bytes,
+            skipped=skipped,
+            message=s.message,
+        )
+
+    async def _pause_refused(self, s: Session, reason: str, e: Exception) -> None:
+        """The checkpoint failed before the commit point: the kernel and its state are intact."""
+        text = getattr(e, "message", None) or str(e)
+        s.state = "active"
+        s.error = {"message": text, "reason": getattr(e, "reason", "store"), "state_intact": True}
+        s.message = f"Pause failed: {text}. The kernel is still running with all its variables."
+        await self._event(s, "pause_failed", reason, message=text, error_reason=s.error["reason"])
+
+    async def _pause_lost(self, s: Session, reason: str, e: Exception) -> None:
+        older = (
+            f" Checkpoint {s.checkpoint['id']} from {s.checkpoint['created']} can still be "
+            "restored."
+            if s.checkpoint
+            else " There is no earlier checkpoint of this session."
+        )
+        text = f"The kernel died while its checkpoint was being written ({e}); its memory is lost."
+        s.state = "failed"
+        s.error = {"message": text + older, "reason": "kernel-died", "state_intact": False}
+        s.message = s.error["message"]
+        await self._event(s, "pause_failed", reason, message=s.message, error_reason="kernel-died")
+
+    # -- resume --------------------------------------------------------------------------------
+    async def resume(
+        self,
+        session_id: str,
+        checkpoint_id: str | None = None,
+        device: str = "any",
+        into_kernel: str | None = None,
+    ) -> Session:
+        s = self.get(session_id)
+        if device not in DEVICES:
+            raise BadRequest(
+                f"device must be one of {', '.join(DEVICES)}, not {device!r}", "bad-device"
+            )
+        if checkpoint_id is not None:
+            try:
+                check_checkpoint_id(checkpoint_id)
+            except ValueError as e:
+                raise BadRequest(str(e), "bad-checkpoint-id") from None
+        op = self._ops.get(s.id)
+        if op and op.kind == "resume":
+            return s
+        if op or not (s.state == "paused" or (s.state == "failed" and s.checkpoint)):
+            raise WrongState(f"cannot resume: the session is {s.state}")
+        ids = await self.checkpoints.ids(s.id)
+        if checkpoint_id is not None:
+            if checkpoint_id not in ids:
+                raise NotFound(f"session has no checkpoint {checkpoint_id}", "unknown-checkpoint")
+            ids = [checkpoint_id]
+        if not ids:
+            raise WrongState(
+                "cannot resume: the session has no checkpoint in the store", "no-checkpoint"
+            )
+        live = await self.bridge.kernel_for_path(s.path)
+        if into_kernel is not None and into_kernel != live:
+            raise BadRequest(
+                f"into_kernel {into_kernel} is not the running kernel of {s.path}",
+                "bad-into-kernel",
+            )
+        if live and into_kernel is None:
+            raise WrongState(
+                f"{s.path} already has a running kernel ({live}); resuming would overwrite its "
+                "variables. Pass into_kernel to restore into it, or shut it down first.",
+                "kernel-exists",
+            )
+        s.state, s.error, s.message = "waiting", None, "Waiting for capacity"
+        await self.records.save(s)
+        op = Op("resume", kernel_id=into_kernel)
+        self._start(s, op, self._resume(s, op, ids, device, into_kernel))
+        return s
+
+    async def _first_valid(self, s: Session, ids: list[str], refused: list[dict]):
+        while ids:
+            cid = ids.pop(0)
+            try:
+                return await self.checkpoints.verify(s.id, cid)
+            except (IntegrityError, StoreError) as e:
+                refused.append(
+                    {"checkpoint_id": cid, "message": str(e), "check": getattr(e, "check", "store")}
+                )
+        return None
+
+    async def _resume(self, s: Session, op: Op, ids: list[str], device: str, into: str | None):
+        refused: list[dict] = []
+        started = None
+        try:
+            manifest = await self._first_valid(s, ids, refused)
+            if manifest is None:
+                raise AgentFailed("no checkpoint of this session passed verification", "integrity")
+
+            def queued(pos: int) -> None:
+                s.queue_position = pos
+
+            grant = await self.capacity.acquire(s.id, _gpu_bytes(manifest), device, queued)
+            s.state, s.queue_position, s.message = "restoring", None, "Restoring"
+            s.progress = {"phase": "starting", "done_bytes": 0, "total_bytes": manifest.total_bytes}
+            await self.records.save(s)
+            kid = into or await self.bridge.start(s.kernel_name, s.cwd, s.path, grant.env)
+            started, op.kernel_id = (None if into else kid), kid
+            while True:
+                try:
+                    report = await self.bridge.run_agent(
+                        kid,
+                        "restore",
+                        {
+                            "manifest": manifest.doc,
+                            "store_url": self.checkpoints.store.url,
+                            "store_options": self.settings["store_options"],
+                            "device": device,
+                        },
+                        self._on_progress(s),
+                    )
+                    break
+                except AgentFailed as e:
+                    if e.reason != "integrity":
+                        raise
+                    refused.append(
+                        {"checkpoint_id": manifest.id, "message": e.message, "check": e.check}
+                    )
+                    manifest = await self._first_valid(s, ids, refused)
+                    if manifest is None:
+                        raise
+            await self.bridge.attach(s.path, s.name, s.type, s.kernel_name, kid)
+        except asyncio.CancelledError:
+            await self._resume_undo(s, started)
+            s.state, s.message = "paused", "Resume cancelled"
+            await self._event(s, "cancelled", "user", message=s.message)
+            return
+        except Exception as e:
+            await self._resume_undo(s, started)
+            text = getattr(e, "message", None) or str(e)
+            if refused:
+                text += " — refused: " + "; ".join(r["message"] for r in refused)
+            s.state = "failed"
+            s.error = {
+                "message": text,
+                "reason": getattr(e, "reason", "error"),
+                "state_intact": True,
+                "refused": refused,
+            }
+            s.message = f"Resume failed: {text}. The checkpoints are unchanged."
+            await self._event(s, "resume_failed", "user", message=text, refused=refused)
+            return
+        finally:
+            s.progress, s.queue_position = None, None
+            await self.records.save(s)
+        for other in [o for o in self.sessions.values() if o.kernel_id == kid and o is not s]:
+            del self.sessions[other.id]  # the record of into_kernel merges into this one
+            await self.records.delete(other.id)
+        s.state, s.kernel_id = "active", kid
+        s.checkpoint = _checkpoint_brief(manifest)
+        s.restore = {**report, "refused": refused}
+        failed = report["failed"]
+        s.message = (
+            f"Restored {len(report['restored'])} objects from checkpoint {manifest.id}"
+            + (f"; not restored: {', '.join(f['name'] for f in failed)}" if failed else "")
+            + (f"; {len(refused)} newer checkpoint(s) refused" if refused else "")
+        )
+        await self.records.save(s)
+        await self._event(
+            s,
+            "resumed",
+            "user",
+            checkpoint_id=manifest.id,
+            kernel_id=kid,
+            restored=report["restored"],
+            failed=failed,
+            refused=refused,
+            message=s.message,
+        )
+
+    async def _resume_undo(self, s: Session, started: str | None) -> None:
+        self.capacity.release(s.id)
+        if started:
+            try:
+                await self.bridge.shutdown(started)
+            except Exception:
+                self.log.exception("could not shut down kernel %s after a failed resume", started)
+
+    # -- cancel, delete ------------------------------------------------------------------------
+    async def cancel(self, session_id: str) -> Session:
+        s = self.get(session_id)
+        op = self._ops.get(s.id)
+        if op is None or s.state not in ("pausing", "waiting"):
+            raise WrongState(f"nothing to cancel: the session is {s.state}")
+        if op.committed:
+            raise WrongState(
+                "too late to cancel: the checkpoint is complete and the kernel is stopping"
+            )
+        op.task.cancel()
+        await asyncio.gather(op.task, return_exceptions=True)
+        return s
+
+    async def delete(self, session_id: str, delete_checkpoints: bool = False) -> None:
+        s = self.get(session_id)
+        if s.state in RUNNING or s.id in self._ops:
+            raise WrongState(
+                f"cannot delete a session that is {s.state}; pause it or shut its kernel down first"
+            )
+        if delete_checkpoints:
+            for cid in await self.checkpoints.ids(s.id):
+                await self.checkpoints.delete(s.id, cid)
+                await self._event(s, "checkpoint_deleted", "user", checkpoint_id=cid)
+        del self.sessions[s.id]
+        await self.records.delete(s.id)
+
+
+def _checkpoint_brief(m) -> dict:
+    return {
+        "id": m.id,
+        "created": m.doc["created"],
+        "bytes": m.total_bytes,
+        "objects": len(m.doc["objects"]),
+        "skipped": len(m.doc["skipped"]),
+        "skipped_objects": m.doc["skipped"],
+    }
+
+
+def _gpu_bytes(m) -> int:
+    return sum(
+        int(b["bytes"]) for b in m.blobs.values() if str(b.get("device", "cpu")).startswith("cuda")
+    )
+
+
+__all__ = ["Lifecycle", "iso", "utcnow"]

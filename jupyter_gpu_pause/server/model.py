@@ -1,0 +1,49 @@
+"""The session record: one notebook (or console) and the kernel it has, under a stable id."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import asdict, dataclass, field
+
+from ..store.format import iso, utcnow
+
+STATES = ("active", "idle", "pausing", "paused", "waiting", "restoring", "failed")
+RUNNING = ("active", "idle")
+
+
+@dataclass
+class Session:
+    """Persistent fields of a session; ``progress`` and ``queue_position`` live in memory only."""
+
+    path: str
+    kernel_name: str
+    kernel_id: str | None = None
+    name: str = ""
+    type: str = "notebook"
+    cwd: str = ""
+    state: str = "active"
+    id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    checkpoint: dict | None = None
+    error: dict | None = None
+    message: str | None = None
+    restore: dict | None = None
+    created: str = field(default_factory=lambda: iso(utcnow()))
+    updated: str = field(default_factory=lambda: iso(utcnow()))
+    progress: dict | None = field(default=None, compare=False)
+    queue_position: int | None = field(default=None, compare=False)
+
+    TRANSIENT = ("progress", "queue_position")
+
+    def to_record(self) -> dict:
+        d = asdict(self)
+        for k in self.TRANSIENT:
+            d.pop(k)
+        return d
+
+    @classmethod
+    def from_record(cls, d: dict) -> Session:
+        known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
+        return cls(**known)
+
+    def touch(self) -> None:
+        self.updated = iso(utcnow())

@@ -1,0 +1,138 @@
+"""SQLite records: sessions and events, so a paused session outlives a server restart.
+
+All access goes through one worker thread (SQLite connections are single-threaded and disk
+writes must not block the event loop). Migrations are additive and numbered by user_version.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sqlite3
+from concurrent.futures import ThreadPoolExecutor
+
+from ..store.format import iso, utcnow
+from .model import Session
+
+MIGRATIONS = [
+    """
+    CREATE TABLE sessions (id TEXT PRIMARY KEY, path TEXT NOT NULL, state TEXT NOT NULL,
+                           data TEXT NOT NULL);
+    CREATE TABLE events (seq INTEGER PRIMARY KEY AUTOINCREMENT, time TEXT NOT NULL,
+                         session_id TEXT, type TEXT NOT NULL, reason TEXT, detail TEXT);
+    CREATE INDEX events_time ON events(time);
+    CREATE INDEX events_session ON events(session_id);
+    """,
+]
+
+
+class Records:
+    def __init__(self, db_path: str):
+        self.db_path = db_path
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpu-pause-db")
+        self._db: sqlite3.Connection | None = None
+
+    def _connect(self) -> sqlite3.Connection:
+        if self._db is None:
+            os.makedirs(os.path.dirname(os.path.abspath(self.db_path)), exist_ok=True)
+            db = sqlite3.connect(self.db_path, check_same_thread=False)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            for i, script in enumerate(MIGRATIONS[version:], start=version + 1):
+                db.executescript(script)
+                db.execute(f"PRAGMA user_version={i}")
+            db.commit()
+            self._db = db
+        return self._db
+
+    async def _run(self, fn, *args):
+        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+
+    # -- sessions ------------------------------------------------------------------------
+    def _load_sessions(self) -> list[Session]:
+        rows = self._connect().execute("SELECT data FROM sessions").fetchall()
+        return [Session.from_record(json.loads(r[0])) for r in rows]
+
+    async def load_sessions(self) -> list[Session]:
+        return await self._run(self._load_sessions)
+
+    def _save(self, record: dict) -> None:
+        db = self._connect()
+        db.execute(
+            "INSERT OR REPLACE INTO sessions (id, path, state, data) VALUES (?, ?, ?, ?)",
+            (record["id"], record["path"], record["state"], json.dumps(record)),
+        )
+        db.commit()
+
+    async def save(self, session: Session) -> None:
+        session.touch()
+        await self._run(self._save, session.to_record())
+
+    def _delete(self, session_id: str) -> None:
+        db = self._connect()
+        db.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
+        db.commit()
+
+    async def delete(self, session_id: str) -> None:
+        await self._run(self._delete, session_id)
+
+    # -- events --------------------------------------------------------------------------
+    def _add_event(self, event: dict) -> None:
+        db = self._connect()
+        db.execute(
+            "INSERT INTO events (time, session_id, type, reason, detail) VALUES (?, ?, ?, ?, ?)",
+            (
+                event["time"],
+                event["session_id"],
+                event["type"],
+                event["reason"],
+                json.dumps(event["detail"]),
+            ),
+        )
+        db.commit()
+
+    async def add_event(self, session_id, type_, reason, detail=None) -> dict:
+        event = {
+            "time": iso(utcnow()),
+            "session_id": session_id,
+            "type": type_,
+            "reason": reason,
+            "detail": detail or {},
+        }
+        await self._run(self._add_event, event)
+        return event
+
+    def _events(self, since, session_id, limit) -> list[dict]:
+        q, args = "SELECT time, session_id, type, reason, detail FROM events WHERE 1=1", []
+        if since:
+            q += " AND time >= ?"
+            args.append(since)
+        if session_id:
+            q += " AND session_id = ?"
+            args.append(session_id)
+        q += " ORDER BY seq DESC LIMIT ?"
+        args.append(limit)
+        rows = self._connect().execute(q, args).fetchall()
+        return [
+            {
+                "time": r[0],
+                "session_id": r[1],
+                "type": r[2],
+                "reason": r[3],
+                "detail": json.loads(r[4] or "{}"),
+            }
+            for r in reversed(rows)
+        ]
+
+    async def events(
+        self, since: str | None = None, session_id: str | None = None, limit: int = 1000
+    ) -> list[dict]:
+        return await self._run(self._events, since, session_id, limit)
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._pool.submit(self._db.close).result()
+            self._db = None
+        self._pool.shutdown(wait=True)

@@ -1,0 +1,154 @@
+"""Store format v1: paths, checkpoint ids and the manifest document.
+
+A manifest lists the objects of one capture, the blobs they need (hash -> size and kind), and
+what was skipped. Its presence in the store is what makes a checkpoint complete.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+FORMAT = "jupyter-gpu-pause/1"
+BLOB_KINDS = ("tensor", "buffer", "pickle")
+_ID_RE = re.compile(r"^\d{8}T\d{6}Z-[0-9a-f]{8}$")
+_SESSION_RE = re.compile(r"^[0-9a-zA-Z_-]{1,64}$")
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def iso(dt: datetime | None) -> str | None:
+    """ISO 8601 UTC with a Z, the only time format in the public contract."""
+    if dt is None:
+        return None
+    return dt.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def new_checkpoint_id(now: datetime | None = None) -> str:
+    """Ids that sort by creation time: ``20261202T101500Z-1a2b3c4d``."""
+    now = now or utcnow()
+    return f"{now.strftime('%Y%m%dT%H%M%SZ')}-{secrets.token_hex(4)}"
+
+
+def check_checkpoint_id(checkpoint_id: str) -> str:
+    if not isinstance(checkpoint_id, str) or not _ID_RE.match(checkpoint_id):
+        raise ValueError(
+            f"{checkpoint_id!r} is not a checkpoint id (like 20261202T101500Z-1a2b3c4d)"
+        )
+    return checkpoint_id
+
+
+def check_session_id(session_id: str) -> str:
+    if not isinstance(session_id, str) or not _SESSION_RE.match(session_id):
+        raise ValueError(f"{session_id!r} is not a session id")
+    return session_id
+
+
+def blob_path(h: str) -> str:
+    return f"v1/blobs/{h[0:2]}/{h}"
+
+
+def manifest_path(session_id: str, checkpoint_id: str) -> str:
+    return f"v1/sessions/{check_session_id(session_id)}/{check_checkpoint_id(checkpoint_id)}.json"
+
+
+def session_dir(session_id: str) -> str:
+    return f"v1/sessions/{check_session_id(session_id)}"
+
+
+@dataclass
+class Manifest:
+    """A parsed manifest; ``doc`` is the signed JSON document as stored."""
+
+    doc: dict
+
+    @property
+    def id(self) -> str:
+        return self.doc["checkpoint_id"]
+
+    @property
+    def session_id(self) -> str:
+        return self.doc["session_id"]
+
+    @property
+    def blobs(self) -> dict:
+        return self.doc["blobs"]
+
+    @property
+    def total_bytes(self) -> int:
+        return int(self.doc["totals"]["bytes"])
+
+    def summary(self, valid: bool | None = None) -> dict:
+        """The Checkpoint object of the REST API."""
+        return {
+            "id": self.id,
+            "created": self.doc["created"],
+            "bytes": self.total_bytes,
+            "new_bytes": int(self.doc["totals"].get("new_bytes", 0)),
+            "objects": [
+                {"name": o["name"], "bytes": o.get("bytes", 0)} for o in self.doc["objects"]
+            ],
+            "skipped": list(self.doc.get("skipped", [])),
+            "valid": valid,
+        }
+
+
+def build_manifest(
+    *,
+    session_id: str,
+    checkpoint_id: str,
+    parent: str | None,
+    kernel: dict,
+    origin: dict,
+    capture: dict,
+) -> dict:
+    """Assemble the unsigned manifest from what the agent reported after writing its blobs."""
+    blobs = capture["blobs"]
+    for h, b in blobs.items():
+        if b.get("kind") not in BLOB_KINDS:
+            raise ValueError(f"blob {h} has unknown kind {b.get('kind')!r}")
+    return {
+        "format": FORMAT,
+        "session_id": session_id,
+        "checkpoint_id": checkpoint_id,
+        "parent": parent,
+        "created": iso(utcnow()),
+        "kernel": kernel,
+        "origin": origin,
+        "objects": capture["objects"],
+        "skipped": capture["skipped"],
+        "storages": capture["storages"],
+        "arrays": capture["arrays"],
+        "registered": capture.get("registered", []),
+        "pickle": capture["pickle"],
+        "blobs": blobs,
+        "totals": {
+            "bytes": sum(int(b["bytes"]) for b in blobs.values()),
+            "new_bytes": int(capture.get("new_bytes", 0)),
+            "objects": len(capture["objects"]),
+            "skipped": len(capture["skipped"]),
+        },
+    }
+
+
+def parse_manifest(doc: dict) -> Manifest:
+    """Check the shape of a manifest (after its signature was verified)."""
+    if doc.get("format") != FORMAT:
+        raise ValueError(f"unknown checkpoint format {doc.get('format')!r}, expected {FORMAT}")
+    for key in (
+        "session_id",
+        "checkpoint_id",
+        "objects",
+        "blobs",
+        "totals",
+        "storages",
+        "arrays",
+        "pickle",
+    ):
+        if key not in doc:
+            raise ValueError(f"manifest misses {key!r}")
+    return Manifest(doc)

@@ -1,0 +1,12 @@
+"""Byte sizes as people read them, the same in the kernel, the server and the CLI."""
+
+from __future__ import annotations
+
+
+def size_text(n: float) -> str:
+    """Decimal units, as disks and cloud bills count them: ``6.1 GB``."""
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if n < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n} B"

@@ -1,0 +1,62 @@
+import js from '@eslint/js';
+import { defineConfig } from 'eslint/config';
+import tseslint from 'typescript-eslint';
+import prettierRecommended from 'eslint-plugin-prettier/recommended';
+import globals from 'globals';
+import jupyterPlugin from '@jupyter/eslint-plugin';
+
+export default defineConfig([
+  {
+    ignores: [
+      'node_modules',
+      'lib',
+      'coverage',
+      '**/*.js',
+      '**/*.d.ts',
+      'src/**/__tests__'
+    ]
+  },
+  js.configs.recommended,
+  tseslint.configs.recommended,
+  jupyterPlugin.configs.recommended,
+  {
+    files: ['**/*.ts', '**/*.tsx'],
+    plugins: {
+      jupyter: jupyterPlugin
+    },
+    languageOptions: {
+      globals: {
+        ...globals.browser,
+        ...globals.es2015
+      },
+      parserOptions: {
+        project: 'tsconfig.json',
+        sourceType: 'module'
+      }
+    },
+    rules: {
+      '@typescript-eslint/naming-convention': [
+        'error',
+        {
+          selector: 'interface',
+          format: ['PascalCase'],
+          custom: {
+            regex: '^I[A-Z]',
+            match: true
+          }
+        }
+      ],
+      '@typescript-eslint/no-unused-vars': ['warn', { args: 'none' }],
+      '@typescript-eslint/no-explicit-any': 'off',
+      '@typescript-eslint/no-namespace': 'off',
+      '@typescript-eslint/no-use-before-define': 'off',
+      // The plugin's modules are small and all needed at activation (the
+      // server probe, the commands, the status item): no lazy loading.
+      'jupyter/prefer-lazy-imports': 'off',
+      curly: ['error', 'all'],
+      eqeqeq: 'error',
+      'prefer-arrow-callback': 'error'
+    }
+  },
+  prettierRecommended
+]);

@@ -1,0 +1,286 @@
+/**
+ * A typed client of the jupyter_gpu_pause REST API.
+ */
+import { ServerConnection } from '@jupyterlab/services';
+import type { TranslationBundle } from '@jupyterlab/translation';
+
+import { ICheckpoint, IResumeOptions, ISession, ISessionQuery } from './tokens';
+
+/**
+ * Path of the API under the server's base URL.
+ */
+export const API_ROOT = 'gpu-pause/api/';
+
+/**
+ * Reason given to the error raised when the server extension does not answer.
+ */
+export const SERVER_EXTENSION_MISSING = 'server-extension-missing';
+
+/**
+ * Reason given to the error raised when the server cannot be reached.
+ */
+export const NETWORK_ERROR = 'network-error';
+
+/**
+ * An error answered by the API, or met while calling it.
+ *
+ * `message` is the server's sentence for the user whenever it sent one, so it
+ * can be shown as is.
+ */
+export class GpuPauseError extends Error {
+  /**
+   * @param message - a sentence a user understands.
+   * @param status - the HTTP status; 0 when the server was not reached.
+   * @param reason - the server's error code, when it gave one.
+   */
+  constructor(
+    message: string,
+    readonly status: number,
+    readonly reason?: string
+  ) {
+    super(message);
+    this.name = 'GpuPauseError';
+  }
+
+  /**
+   * Whether the error means the server extension is not enabled: the API
+   * root itself is unknown to the server.
+   */
+  get serverExtensionMissing(): boolean {
+    return this.reason === SERVER_EXTENSION_MISSING;
+  }
+}
+
+/**
+ * Construction options of {@link GpuPauseAPI}.
+ */
+export interface IGpuPauseAPIOptions {
+  /** Connection settings; the page's defaults when omitted. */
+  serverSettings?: ServerConnection.ISettings;
+  /** Translation of the client's own error messages. */
+  trans?: Pick<TranslationBundle, '__'>;
+}
+
+/**
+ * Client of the REST API under `{baseUrl}gpu-pause/api/`.
+ *
+ * Every method resolves with the parsed answer or rejects with a
+ * {@link GpuPauseError}.
+ */
+export class GpuPauseAPI {
+  constructor(options: IGpuPauseAPIOptions = {}) {
+    this.serverSettings =
+      options.serverSettings ?? ServerConnection.makeSettings();
+    this._trans = options.trans ?? Private.untranslated;
+  }
+
+  /**
+   * The connection settings in use.
+   */
+  readonly serverSettings: ServerConnection.ISettings;
+
+  /**
+   * Absolute URL of an API path, with an optional query.
+   */
+  url(path: string, query: Record<string, string | undefined> = {}): string {
+    const base = this.serverSettings.baseUrl.replace(/\/?$/, '/');
+    const params = new URLSearchParams();
+    for (const [key, value] of Object.entries(query)) {
+      if (value !== undefined && value !== '') {
+        params.append(key, value);
+      }
+    }
+    const search = params.toString();
+    return `${base}${API_ROOT}${path}${search ? `?${search}` : ''}`;
+  }
+
+  /**
+   * List tracked sessions, optionally of one path or kernel.
+   */
+  async listSessions(query: ISessionQuery = {}): Promise<ISession[]> {
+    const data = await this._request<{ sessions: ISession[] }>(
+      'GET',
+      this.url('sessions', { ...query })
+    );
+    return data.sessions;
+  }
+
+  /**
+   * Get one session by id.
+   */
+  getSession(id: string): Promise<ISession> {
+    return this._request<ISession>('GET', this._sessionUrl(id));
+  }
+
+  /**
+   * Ask the server to pause a session; resolves once the pause has started.
+   */
+  pause(id: string): Promise<ISession> {
+    return this._request<ISession>('POST', this._sessionUrl(id, 'pause'), {});
+  }
+
+  /**
+   * Ask the server to resume a paused session.
+   */
+  resume(id: string, options: IResumeOptions = {}): Promise<ISession> {
+    const body: IResumeOptions = {};
+    if (options.checkpoint_id) {
+      body.checkpoint_id = options.checkpoint_id;
+    }
+    if (options.device) {
+      body.device = options.device;
+    }
+    if (options.into_kernel) {
+      body.into_kernel = options.into_kernel;
+    }
+    return this._request<ISession>(
+      'POST',
+      this._sessionUrl(id, 'resume'),
+      body
+    );
+  }
+
+  /**
+   * Cancel a running pause or a queued resume.
+   */
+  cancel(id: string): Promise<ISession> {
+    return this._request<ISession>('POST', this._sessionUrl(id, 'cancel'), {});
+  }
+
+  /**
+   * List a session's checkpoints, oldest first.
+   */
+  async checkpoints(id: string): Promise<ICheckpoint[]> {
+    const data = await this._request<{ checkpoints: ICheckpoint[] }>(
+      'GET',
+      this._sessionUrl(id, 'checkpoints')
+    );
+    return data.checkpoints;
+  }
+
+  /**
+   * Whether the server extension answers: `false` only when the API root is
+   * unknown to the server. Other errors propagate.
+   */
+  async isServerExtensionEnabled(): Promise<boolean> {
+    try {
+      await this.listSessions();
+      return true;
+    } catch (error) {
+      if (error instanceof GpuPauseError && error.serverExtensionMissing) {
+        return false;
+      }
+      throw error;
+    }
+  }
+
+  private _sessionUrl(id: string, action?: string): string {
+    const path = `sessions/${encodeURIComponent(id)}`;
+    return this.url(action ? `${path}/${action}` : path);
+  }
+
+  private async _request<T>(
+    method: string,
+    url: string,
+    body?: unknown
+  ): Promise<T> {
+    const init: RequestInit = { method };
+    if (body !== undefined) {
+      init.body = JSON.stringify(body);
+      init.headers = { 'Content-Type': 'application/json' };
+    }
+    let response: Response;
+    try {
+      response = await ServerConnection.makeRequest(
+        url,
+        init,
+        this.serverSettings
+      );
+    } catch (error) {
+      throw new GpuPauseError(
+        this._trans.__('The Jupyter server could not be reached: %1', error),
+        0,
+        NETWORK_ERROR
+      );
+    }
+    const data = Private.parseJSON(await response.text());
+    if (response.ok) {
+      return data as T;
+    }
+    throw this._toError(response, data);
+  }
+
+  private _toError(response: Response, data: unknown): GpuPauseError {
+    if (Private.isApiError(data)) {
+      return new GpuPauseError(
+        data.message,
+        response.status,
+        data.reason ?? undefined
+      );
+    }
+    if (response.status === 404) {
+      // The server answered, but not from our handlers (no JSON error body):
+      // the API root itself is unknown, so the server extension is missing.
+      return new GpuPauseError(
+        this._trans.__(
+          'The jupyter_gpu_pause server extension is not enabled on this server.'
+        ),
+        404,
+        SERVER_EXTENSION_MISSING
+      );
+    }
+    return new GpuPauseError(
+      this._trans.__(
+        'The server answered %1 %2.',
+        response.status,
+        response.statusText
+      ),
+      response.status
+    );
+  }
+
+  private _trans: Pick<TranslationBundle, '__'>;
+}
+
+/**
+ * Module-private helpers.
+ */
+namespace Private {
+  /**
+   * A stand-in translation bundle that only fills in `%1`-style arguments.
+   */
+  export const untranslated: Pick<TranslationBundle, '__'> = {
+    __: (msgid: string, ...args: any[]) =>
+      msgid.replace(/%(\d+)/g, (match, index) =>
+        String(args[Number(index) - 1] ?? match)
+      )
+  };
+
+  /**
+   * Parse a response body; `null` when it is empty or not JSON.
+   */
+  export function parseJSON(text: string): unknown {
+    if (!text) {
+      return null;
+    }
+    try {
+      return JSON.parse(text);
+    } catch {
+      return null;
+    }
+  }
+
+  /**
+   * Whether a parsed body is the API's `{message, reason}` error shape.
+   */
+  export function isApiError(
+    data: unknown
+  ): data is { message: string; reason?: string | null } {
+    return (
+      typeof data === 'object' &&
+      data !== null &&
+      typeof (data as { message?: unknown }).message === 'string' &&
+      (data as { message: string }).message !== ''
+    );
+  }
+}

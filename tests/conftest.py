@@ -1,0 +1,152 @@
+"""Fixtures: a real jupyter-server with our extension, real ipykernel kernels, helpers to drive
+them the way a notebook would."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from jupyter_client.asynchronous import AsyncKernelClient
+
+pytest_plugins = ["pytest_jupyter.jupyter_server"]
+
+TERMINAL = ("active", "idle", "paused", "failed")
+
+
+@pytest.fixture
+def store_dir(tmp_path) -> Path:
+    return tmp_path / "store"
+
+
+@pytest.fixture
+def gp_config(store_dir, tmp_path) -> dict:
+    """Traits for GpuPauseApp; tests override keys by updating this dict."""
+    return {
+        "store_url": str(store_dir),
+        "db_path": str(tmp_path / "records.sqlite"),
+        "secret_file": str(tmp_path / "secret"),
+    }
+
+
+@pytest.fixture
+def jp_server_config(gp_config):
+    return {
+        "ServerApp": {"jpserver_extensions": {"jupyter_gpu_pause": True}},
+        "GpuPauseApp": gp_config,
+    }
+
+
+@pytest.fixture(autouse=True)
+def _kernel_sees_package(monkeypatch):
+    """Kernels inherit the environment; make sure they import this checkout."""
+    root = str(Path(__file__).resolve().parents[1])
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
+
+
+class Lab:
+    """What a user does through the REST API and a notebook's kernel."""
+
+    def __init__(self, fetch, serverapp):
+        self.fetch = fetch
+        self.app = serverapp
+
+    async def api(self, method: str, path: str, body=None, params=None, raw: bool = False):
+        kw = {"method": method, "raise_error": False}
+        if body is not None:
+            kw["body"] = body if isinstance(body, (str, bytes)) else json.dumps(body)
+        elif method == "POST":
+            kw["body"] = "{}"
+        if params:
+            kw["params"] = params
+        r = await self.fetch("gpu-pause", "api", *path.split("/"), **kw)
+        if raw:
+            return r
+        return r.code, (json.loads(r.body) if r.body else None)
+
+    async def open_notebook(self, path: str = "nb.ipynb", kernel_name: str = "python3") -> dict:
+        r = await self.fetch(
+            "api",
+            "sessions",
+            method="POST",
+            body=json.dumps(
+                {"path": path, "type": "notebook", "name": path, "kernel": {"name": kernel_name}}
+            ),
+        )
+        js = json.loads(r.body)
+        code, body = await self.api("GET", "sessions", params={"path": path})
+        assert code == 200, body
+        (session,) = [s for s in body["sessions"] if s["kernel_id"] == js["kernel"]["id"]]
+        return session
+
+    def client(self, kernel_id: str) -> AsyncKernelClient:
+        kernel = self.app.kernel_manager.get_kernel(kernel_id)
+        c = AsyncKernelClient()
+        c.load_connection_info(kernel.get_connection_info(session=False))
+        c.start_channels()
+        return c
+
+    async def run(self, kernel_id: str, code: str, timeout: float = 120) -> str:
+        """Execute a cell as the notebook would; return its stdout; raise on error."""
+        c = self.client(kernel_id)
+        out, err = [], []
+
+        def hook(msg):
+            if msg["msg_type"] == "stream":
+                out.append(msg["content"]["text"])
+            elif msg["msg_type"] == "error":
+                err.append("\n".join(msg["content"]["traceback"]))
+
+        try:
+            await asyncio.wait_for(c.wait_for_ready(timeout=timeout), timeout)
+            reply = await c.execute_interactive(code, output_hook=hook, timeout=timeout)
+        finally:
+            c.stop_channels()
+        if reply["content"]["status"] != "ok":
+            raise AssertionError(f"cell failed: {''.join(err)}")
+        return "".join(out)
+
+    async def send_cell(self, kernel_id: str, code: str) -> None:
+        """Start a cell without waiting for it (a long-running cell)."""
+        c = self.client(kernel_id)
+        await c.wait_for_ready(timeout=60)
+        c.execute(code)
+        await asyncio.sleep(0.3)
+        c.stop_channels()
+
+    async def session(self, session_id: str) -> dict:
+        code, body = await self.api("GET", f"sessions/{session_id}")
+        assert code == 200, body
+        return body
+
+    async def wait_state(self, session_id: str, states=TERMINAL, timeout: float = 120) -> dict:
+        loop = asyncio.get_running_loop()
+        end = loop.time() + timeout
+        while True:
+            s = await self.session(session_id)
+            if s["state"] in states:
+                return s
+            if loop.time() > end:
+                raise AssertionError(f"session stuck in {s['state']}: {s}")
+            await asyncio.sleep(0.2)
+
+    async def events(self, session_id: str, type_: str | None = None) -> list[dict]:
+        code, body = await self.api("GET", "events", params={"session_id": session_id})
+        assert code == 200
+        return [e for e in body["events"] if type_ is None or e["type"] == type_]
+
+    def kernel_alive(self, kernel_id: str) -> bool:
+        return kernel_id in self.app.kernel_manager
+
+
+@pytest.fixture
+def lab(jp_fetch, jp_serverapp):
+    return Lab(jp_fetch, jp_serverapp)
+
+
+@pytest.fixture
+def python_exe() -> str:
+    return sys.executable
