@@ -8,16 +8,26 @@ from __future__ import annotations
 
 import functools
 import json
+from datetime import datetime, timezone
 
 from jupyter_server.auth.decorator import authorized
 from jupyter_server.base.handlers import APIHandler
 from jupyter_server.extension.handler import ExtensionHandlerMixin
 from tornado import web
 
+from ..store.format import iso
 from .errors import BadRequest, GpuPauseError
 
 AUTH_RESOURCE = "gpu_pause"
 SID = r"(?P<session_id>[0-9a-fA-F-]{1,64})"
+
+
+class _ApiError(web.HTTPError):
+    """An HTTPError that keeps the domain message verbatim (tornado escapes ``%`` otherwise)."""
+
+    def __init__(self, error: GpuPauseError):
+        super().__init__(error.status, "%s", error.message, reason=error.reason)
+        self.message = error.message
 
 
 def _maps_errors(method):
@@ -26,7 +36,7 @@ def _maps_errors(method):
         try:
             return await method(self, *args, **kwargs)
         except GpuPauseError as e:
-            raise web.HTTPError(e.status, e.message, reason=e.reason) from e
+            raise _ApiError(e) from e
 
     return wrapper
 
@@ -42,6 +52,14 @@ class BaseHandler(ExtensionHandlerMixin, APIHandler):
     @property
     def lifecycle(self):
         return self.settings["gpu_pause"]
+
+    def write_error(self, status_code, **kwargs):
+        exc = kwargs.get("exc_info", (None, None))[1]
+        if isinstance(exc, _ApiError):
+            self.set_header("Content-Type", "application/json")
+            self.finish(json.dumps({"message": exc.message, "reason": exc.reason}))
+            return
+        super().write_error(status_code, **kwargs)
 
     def body(self, allowed: dict) -> dict:
         """The JSON object body, checked against ``allowed`` = {field: type(s)}."""
@@ -59,7 +77,10 @@ class BaseHandler(ExtensionHandlerMixin, APIHandler):
                     "unknown-field",
                 )
             if value is not None and not isinstance(value, allowed[key]):
-                raise BadRequest(f"field {key!r} has the wrong type", "bad-field")
+                raise BadRequest(
+                    f"field {key!r} must be a {allowed[key].__name__}, not {json.dumps(value)}",
+                    "bad-field",
+                )
         return data
 
     def send(self, obj, status: int = 200) -> None:
@@ -87,7 +108,7 @@ class SessionHandler(BaseHandler):
     async def delete(self, session_id):
         flag = self.get_query_argument("delete_checkpoints", "false").lower()
         if flag not in ("true", "false", "1", "0"):
-            raise BadRequest("delete_checkpoints must be true or false", "bad-query")
+            raise BadRequest(f"delete_checkpoints must be true or false, not {flag!r}", "bad-query")
         await self.lifecycle.delete(session_id, delete_checkpoints=flag in ("true", "1"))
         self.set_status(204)
         self.finish()
@@ -108,7 +129,7 @@ class ResumeHandler(BaseHandler):
         s = await self.lifecycle.resume(
             session_id,
             checkpoint_id=b.get("checkpoint_id"),
-            device=b.get("device") or "any",
+            device="any" if b.get("device") is None else b["device"],
             into_kernel=b.get("into_kernel"),
         )
         self.send(self.lifecycle.view(s), 202)
@@ -137,9 +158,18 @@ class CapacityHandler(BaseHandler):
 class EventsHandler(BaseHandler):
     @api
     async def get(self):
+        since = self.get_query_argument("since", None)
+        if since is not None:
+            try:
+                when = datetime.fromisoformat(since.replace("Z", "+00:00"))
+            except ValueError:
+                raise BadRequest(
+                    f"since must be an ISO 8601 time such as 2026-12-02T10:15:00Z, not {since!r}",
+                    "bad-query",
+                ) from None
+            since = iso(when if when.tzinfo else when.replace(tzinfo=timezone.utc))
         events = await self.lifecycle.events(
-            since=self.get_query_argument("since", None),
-            session_id=self.get_query_argument("session_id", None),
+            since=since, session_id=self.get_query_argument("session_id", None)
         )
         self.send({"events": events})
 

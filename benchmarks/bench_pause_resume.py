@@ -1,0 +1,257 @@
+"""Benchmark: pause (capture + write + verify + commit) and restore against the raw-I/O floor.
+
+Builds a state of CPU float32 tensors (several 64-256 MiB ones plus a few small ones, fresh
+random content each repetition so content addressing never finds a blob already stored) and,
+in every repetition, times side by side:
+
+  raw-write   os.write of each tensor's bytes to its own file, fsync per file + directory fsync:
+              the floor for a durable write of the same bytes.
+  raw-read    those files read back (readinto) into freshly allocated buffers.
+  pause       make_plan + write_plan(verify=True) + Checkpoints._commit, in-process, exactly as
+              the kernel agent and the server do it (hash, write+fsync, re-read+hash, manifest).
+  restore     read_manifest + load_blobs + restore_objects (hash-checked read, then unpickle).
+  torch.save  to one file, flush + fsync of that file.     torch.load  of that file.
+
+Reads are warm-cache for every method alike (each reads what it wrote in the same repetition;
+we cannot drop the page cache), so "read" numbers measure memory copies + hashing, not the disk.
+This machine's speed drifts 2-5x between runs, so absolute seconds mean little: the result is
+the ratios between methods measured in the same repetition (median of per-repetition ratios;
+>1 means ours is faster). Targets: pause >= 0.85x raw write, restore >= 0.9x raw read.
+
+    python benchmarks/bench_pause_resume.py [--gib 1.0] [--repeat 3] [--dir PATH] [--json]
+                                            [--profile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from jupyter_gpu_pause.kernel.capture import environment, make_plan, write_plan  # noqa: E402
+from jupyter_gpu_pause.kernel.restore import load_blobs, restore_objects  # noqa: E402
+from jupyter_gpu_pause.server.checkpoints import Checkpoints  # noqa: E402
+from jupyter_gpu_pause.store import Signer, Store  # noqa: E402
+from jupyter_gpu_pause.store.format import new_checkpoint_id  # noqa: E402
+
+MIB = 1024 * 1024
+SHARES = (0.25, 0.25, 0.1875, 0.125, 0.125, 0.0625)  # 256,256,192,128,128,64 MiB per GiB
+METHODS = ("raw-write", "raw-read", "pause", "restore", "torch.save", "torch.load")
+TARGETS = {"pause/raw-write": 0.85, "restore/raw-read": 0.9}
+
+
+def layout(gib: float) -> list:
+    """(name, shape, dtype) of every tensor of the state."""
+    big = [(f"w{i}", (int(gib * 1024 * MIB * sh) // 4096, 1024), torch.float32)
+           for i, sh in enumerate(SHARES)]  # fmt: skip
+    return (
+        big + [(f"bias{i}", (4096,), torch.float32) for i in range(3)] + [("step", (), torch.int64)]
+    )
+
+
+def state_bytes(gib: float) -> int:
+    return sum(torch.empty(sh, dtype=dt, device="meta").nbytes for _, sh, dt in layout(gib))
+
+
+def make_state(gib: float, seed: int) -> dict:
+    g = torch.Generator().manual_seed(seed)
+    return {
+        name: (torch.rand(shape, generator=g) if dt.is_floating_point
+               else torch.randint(0, 2**62, shape, generator=g, dtype=dt))
+        for name, shape, dt in layout(gib)
+    }  # fmt: skip
+
+
+def fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def raw_write(state: dict, d: str) -> None:
+    for name, t in state.items():
+        view = memoryview(t.contiguous().view(-1).view(torch.uint8).numpy())
+        fd = os.open(os.path.join(d, name), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    fsync_dir(d)
+
+
+def raw_read(bufs: dict, d: str) -> None:
+    for name, buf in bufs.items():
+        with open(os.path.join(d, name), "rb", buffering=0) as f:
+            view, pos = memoryview(buf), 0
+            while pos < len(view):
+                n = f.readinto(view[pos:])
+                if not n:
+                    raise OSError(f"short read of {name}")
+                pos += n
+
+
+def pause(state: dict, store: Store, session_id: str) -> str:
+    user_ns = {"__name__": "__main__", "state": state}
+    plan = make_plan(user_ns, {}, ["state"], "registered")
+    result = write_plan(plan, store, verify=True)
+    kernel, origin = environment()
+    checkpoint_id = new_checkpoint_id()
+    Checkpoints(store, Signer(b"k" * 32))._commit(
+        session_id, checkpoint_id, None, kernel, origin, result
+    )
+    return checkpoint_id
+
+
+def restore(store: Store, session_id: str, checkpoint_id: str) -> dict:
+    doc = store.read_manifest(session_id, checkpoint_id)
+    blobs = load_blobs(doc, store)
+    new_ns = {"__name__": "__main__"}
+    restore_objects(doc, blobs, new_ns)
+    return new_ns["state"]
+
+
+def torch_save(state: dict, path: str) -> None:
+    with open(path, "wb") as f:
+        torch.save(state, f)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def timed(fn, *args):
+    t0 = time.perf_counter()
+    out = fn(*args)
+    return time.perf_counter() - t0, out
+
+
+def check_equal(a: dict, b: dict, what: str) -> None:
+    if a.keys() != b.keys() or not all(torch.equal(a[k], b[k]) for k in a):
+        raise AssertionError(f"{what}: restored state differs from the original")
+
+
+def one_repetition(rep: int, gib: float, root: str) -> dict:
+    state = make_state(gib, seed=1000 + rep)
+    t: dict = {}
+    # Rotate the order of the three write+read pairs so no method always runs first.
+    pairs = ["raw", "ours", "torch"]
+    pairs = pairs[rep % 3 :] + pairs[: rep % 3]
+    for which in pairs:
+        d = os.path.join(root, f"rep{rep}-{which}")
+        os.makedirs(d)
+        gc.collect()
+        if which == "raw":
+            t["raw-write"], _ = timed(raw_write, state, d)
+            bufs = {k: np.empty(v.untyped_storage().nbytes(), np.uint8) for k, v in state.items()}
+            t["raw-read"], _ = timed(raw_read, bufs, d)
+            for k, v in state.items():
+                if not np.array_equal(bufs[k], v.contiguous().view(-1).view(torch.uint8).numpy()):
+                    raise AssertionError(f"raw read of {k} differs")
+            del bufs
+        elif which == "ours":
+            store, sid = Store(d), f"bench-{rep}"
+            t["pause"], cid = timed(pause, state, store, sid)
+            t["restore"], back = timed(restore, store, sid, cid)
+            check_equal(state, back, "restore")
+            del back
+        else:
+            path = os.path.join(d, "state.pt")
+            t["torch.save"], _ = timed(torch_save, state, path)
+            t["torch.load"], back = timed(torch.load, path)
+            check_equal(state, back, "torch.load")
+            del back
+        shutil.rmtree(d)  # clean up before the next method: at most one copy on disk
+    return t
+
+
+def ratios(t: dict) -> dict:
+    """Throughput ratios (time of the reference / time of ours): >1 means ours is faster."""
+    return {
+        "pause/raw-write": t["raw-write"] / t["pause"],
+        "restore/raw-read": t["raw-read"] / t["restore"],
+        "pause/torch.save": t["torch.save"] / t["pause"],
+        "restore/torch.load": t["torch.load"] / t["restore"],
+    }
+
+
+def profile(gib: float, root: str) -> None:
+    """cProfile one pause and one restore (own time), to see hashing vs writing vs verifying."""
+    import cProfile
+    import pstats
+
+    state, store = make_state(gib, seed=7), Store(os.path.join(root, "profile"))
+    cid = None
+    for label in ("pause", "restore"):
+        prof = cProfile.Profile()
+        if label == "pause":
+            cid = prof.runcall(pause, state, store, "bench-prof")
+        else:
+            prof.runcall(restore, store, "bench-prof", cid)
+        print(f"\n--- cProfile of {label} (top 12 by own time) ---")
+        pstats.Stats(prof).sort_stats("tottime").print_stats(12)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--gib", type=float, default=1.0, help="state size in GiB (default 1.0)")
+    ap.add_argument("--repeat", type=int, default=3, help="repetitions (default 3)")
+    ap.add_argument("--dir", default=None, help="folder for the files (default: a /tmp folder)")
+    ap.add_argument("--json", action="store_true", help="print one JSON object instead")
+    ap.add_argument("--profile", action="store_true", help="also cProfile one pause + restore")
+    args = ap.parse_args(argv)
+
+    size = state_bytes(args.gib)
+    parent = args.dir or tempfile.gettempdir()
+    os.makedirs(parent, exist_ok=True)
+    free = shutil.disk_usage(parent).free
+    if free < 4 * size:
+        sys.exit(f"refusing to run: {parent} has {free / 1e9:.2f} GB free, need >= 4x the state "
+                 f"({4 * size / 1e9:.2f} GB); pass --dir on a bigger disk or a smaller --gib")  # fmt: skip
+    root = tempfile.mkdtemp(prefix="bench-pause-", dir=parent)
+    try:
+        runs = [one_repetition(rep, args.gib, root) for rep in range(args.repeat)]
+        if args.profile:
+            profile(args.gib, root)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+    med = {m: statistics.median(r[m] for r in runs) for m in METHODS}
+    per_rep = [ratios(r) for r in runs]
+    rat = {k: statistics.median(p[k] for p in per_rep) for k in per_rep[0]}
+    if args.json:
+        out = {"bytes": size, "repeat": args.repeat, "dir": parent, "warm_cache_reads": True,
+               "median_s": med, "gb_per_s": {m: size / 1e9 / med[m] for m in METHODS},
+               "ratios_median": rat, "ratios_per_rep": per_rep, "targets": TARGETS,
+               "runs_s": runs}  # fmt: skip
+        print(json.dumps(out, indent=1))
+        return 0
+    print(f"state: {size / MIB:.0f} MiB ({size / 1e9:.3f} GB) of CPU tensors, "
+          f"{args.repeat} repetitions, files under {parent}")  # fmt: skip
+    print("reads are warm-cache (page cache not dropped) for every method alike\n")
+    print(f"{'method':<12}{'median s':>10}{'GB/s':>8}   per-rep s")
+    for m in METHODS:
+        reps = " ".join(f"{r[m]:.3f}" for r in runs)
+        print(f"{m:<12}{med[m]:>10.3f}{size / 1e9 / med[m]:>8.2f}   {reps}")
+    print("\nratio (median of per-rep; >1 = ours faster)     median   min-max    target")
+    for k, v in rat.items():
+        vals = [p[k] for p in per_rep]
+        tgt = f">= {TARGETS[k]:.2f} {'ok' if v >= TARGETS[k] else 'MISS'}" if k in TARGETS else ""
+        print(f"{k:<47}{v:>7.2f}   {min(vals):.2f}-{max(vals):.2f}   {tgt}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
