@@ -18,8 +18,7 @@ This machine's speed drifts 2-5x between runs, so absolute seconds mean little: 
 the ratios between methods measured in the same repetition (median of per-repetition ratios;
 >1 means ours is faster). Targets: pause >= 0.85x raw write, restore >= 0.9x raw read.
 
-    python benchmarks/bench_pause_resume.py [--gib 1.0] [--repeat 3] [--dir PATH] [--json]
-                                            [--profile]
+usage: bench_pause_resume.py [--gib 1.0] [--repeat 3] [--dir PATH] [--json] [--profile]
 """
 
 from __future__ import annotations
@@ -55,9 +54,8 @@ def layout(gib: float) -> list:
     """(name, shape, dtype) of every tensor of the state."""
     big = [(f"w{i}", (int(gib * 1024 * MIB * sh) // 4096, 1024), torch.float32)
            for i, sh in enumerate(SHARES)]  # fmt: skip
-    return (
-        big + [(f"bias{i}", (4096,), torch.float32) for i in range(3)] + [("step", (), torch.int64)]
-    )
+    small = [(f"bias{i}", (4096,), torch.float32) for i in range(3)]
+    return big + small + [("step", (), torch.int64)]
 
 
 def state_bytes(gib: float) -> int:
@@ -73,17 +71,13 @@ def make_state(gib: float, seed: int) -> dict:
     }  # fmt: skip
 
 
-def fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+def as_bytes(t):
+    return t.contiguous().view(-1).view(torch.uint8).numpy()
 
 
 def raw_write(state: dict, d: str) -> None:
     for name, t in state.items():
-        view = memoryview(t.contiguous().view(-1).view(torch.uint8).numpy())
+        view = memoryview(as_bytes(t))
         fd = os.open(os.path.join(d, name), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
             while view:
@@ -91,7 +85,9 @@ def raw_write(state: dict, d: str) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
-    fsync_dir(d)
+    fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)  # the directory entries, as the store does
+    os.fsync(fd)
+    os.close(fd)
 
 
 def raw_read(bufs: dict, d: str) -> None:
@@ -110,11 +106,9 @@ def pause(state: dict, store: Store, session_id: str) -> str:
     plan = make_plan(user_ns, {}, ["state"], "registered")
     result = write_plan(plan, store, verify=True)
     kernel, origin = environment()
-    checkpoint_id = new_checkpoint_id()
-    Checkpoints(store, Signer(b"k" * 32))._commit(
-        session_id, checkpoint_id, None, kernel, origin, result
-    )
-    return checkpoint_id
+    cid = new_checkpoint_id()
+    Checkpoints(store, Signer(b"k" * 32))._commit(session_id, cid, None, kernel, origin, result)
+    return cid
 
 
 def restore(store: Store, session_id: str, checkpoint_id: str) -> dict:
@@ -147,9 +141,7 @@ def one_repetition(rep: int, gib: float, root: str) -> dict:
     state = make_state(gib, seed=1000 + rep)
     t: dict = {}
     # Rotate the order of the three write+read pairs so no method always runs first.
-    pairs = ["raw", "ours", "torch"]
-    pairs = pairs[rep % 3 :] + pairs[: rep % 3]
-    for which in pairs:
+    for which in (["raw", "ours", "torch"] * 2)[rep % 3 : rep % 3 + 3]:
         d = os.path.join(root, f"rep{rep}-{which}")
         os.makedirs(d)
         gc.collect()
@@ -157,9 +149,8 @@ def one_repetition(rep: int, gib: float, root: str) -> dict:
             t["raw-write"], _ = timed(raw_write, state, d)
             bufs = {k: np.empty(v.untyped_storage().nbytes(), np.uint8) for k, v in state.items()}
             t["raw-read"], _ = timed(raw_read, bufs, d)
-            for k, v in state.items():
-                if not np.array_equal(bufs[k], v.contiguous().view(-1).view(torch.uint8).numpy()):
-                    raise AssertionError(f"raw read of {k} differs")
+            if not all(np.array_equal(bufs[k], as_bytes(v)) for k, v in state.items()):
+                raise AssertionError("raw read differs from what was written")
             del bufs
         elif which == "ours":
             store, sid = Store(d), f"bench-{rep}"
@@ -193,13 +184,13 @@ def profile(gib: float, root: str) -> None:
     import pstats
 
     state, store = make_state(gib, seed=7), Store(os.path.join(root, "profile"))
-    cid = None
-    for label in ("pause", "restore"):
+    out = None
+    for label, call in (
+        ("pause", lambda: pause(state, store, "bench-prof")),
+        ("restore", lambda: restore(store, "bench-prof", out)),  # noqa: B023 (late binding)
+    ):
         prof = cProfile.Profile()
-        if label == "pause":
-            cid = prof.runcall(pause, state, store, "bench-prof")
-        else:
-            prof.runcall(restore, store, "bench-prof", cid)
+        out = prof.runcall(call)
         print(f"\n--- cProfile of {label} (top 12 by own time) ---")
         pstats.Stats(prof).sort_stats("tottime").print_stats(12)
 
@@ -218,8 +209,9 @@ def main(argv=None) -> int:
     os.makedirs(parent, exist_ok=True)
     free = shutil.disk_usage(parent).free
     if free < 4 * size:
-        sys.exit(f"refusing to run: {parent} has {free / 1e9:.2f} GB free, need >= 4x the state "
-                 f"({4 * size / 1e9:.2f} GB); pass --dir on a bigger disk or a smaller --gib")  # fmt: skip
+        need = f"need >= 4x the state ({4 * size / 1e9:.2f} GB)"
+        sys.exit(f"refusing to run: {parent} has {free / 1e9:.2f} GB free, {need}; use --dir "
+                 "on a bigger disk or a smaller --gib")  # fmt: skip
     root = tempfile.mkdtemp(prefix="bench-pause-", dir=parent)
     try:
         runs = [one_repetition(rep, args.gib, root) for rep in range(args.repeat)]

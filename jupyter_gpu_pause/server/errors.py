@@ -46,3 +46,7 @@ class KernelDied(GpuPauseError):
     """The kernel process died (or was restarted) while an operation was talking to it."""
 
     reason = "kernel-died"
+
+    def __init__(self, message: str, reason: str | None = None, pid: int | None = None):
+        super().__init__(message, reason)
+        self.pid = pid

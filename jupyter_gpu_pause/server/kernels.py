@@ -74,10 +74,29 @@ class KernelBridge:
         while True:
             await asyncio.sleep(WATCH_INTERVAL)
             if not self.is_running(kernel_id):
-                raise KernelDied("the kernel was shut down")
+                raise KernelDied("the kernel was shut down", pid=pid)
             kernel = self.kernel(kernel_id)
             if _pid(kernel) != pid or not await kernel.is_alive():
-                raise KernelDied("the kernel process died")
+                raise KernelDied("the kernel process died", pid=pid)
+
+    async def settle(self, kernel_id: str, dead_pid: int | None, timeout: float = 20.0) -> bool:
+        """After a kernel died, wait for Jupyter's restarter to finish (or give up).
+
+        Returns True when a fresh process now runs under the same kernel id. Waiting matters:
+        the restarter notices a death seconds after we do, and a resume started in between
+        would see its kernel replaced under it.
+        """
+        loop = asyncio.get_running_loop()
+        end = loop.time() + timeout
+        while loop.time() < end:
+            if not self.is_running(kernel_id):
+                return False
+            kernel = self.kernel(kernel_id)
+            pid = _pid(kernel)
+            if pid is not None and pid != dead_pid and await kernel.is_alive():
+                return True
+            await asyncio.sleep(0.2)
+        return self.is_running(kernel_id)
 
     async def run_agent(
         self,

@@ -268,6 +268,10 @@ class Lifecycle:
             else " There is no earlier checkpoint of this session."
         )
         text = f"The kernel died while its checkpoint was being written ({e}); its memory is lost."
+        if await self.bridge.settle(s.kernel_id, getattr(e, "pid", None)):
+            text += f" Jupyter restarted it empty (kernel {s.kernel_id})."
+        else:
+            s.kernel_id = None
         s.state = "failed"
         s.error = {"message": text + older, "reason": "kernel-died", "state_intact": False}
         s.message = s.error["message"]
@@ -330,7 +334,11 @@ class Lifecycle:
                 return await self.checkpoints.verify(s.id, cid)
             except (IntegrityError, StoreError) as e:
                 refused.append(
-                    {"checkpoint_id": cid, "message": str(e), "check": getattr(e, "check", "store")}
+                    {
+                        "checkpoint_id": cid,
+                        "message": f"checkpoint {cid}: {e}",
+                        "check": getattr(e, "check", "store"),
+                    }
                 )
         return None
 
