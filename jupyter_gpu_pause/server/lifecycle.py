@@ -53,6 +53,9 @@ class Lifecycle:
         self.capacity, self.settings, self.log = capacity, settings, log
         self.sessions: dict[str, Session] = {}
         self._ops: dict[str, Op] = {}
+        # Admission (state checks up to registering the operation) awaits I/O; one lock keeps
+        # two requests from both passing the checks and starting two operations.
+        self._admission = asyncio.Lock()
 
     # -- startup, sync -----------------------------------------------------------------------
     async def start(self) -> None:
@@ -156,6 +159,11 @@ class Lifecycle:
 
     # -- pause ---------------------------------------------------------------------------------
     async def pause(self, session_id: str, reason: str = "user") -> Session:
+        """Start (or join) a pause; returns at once with the session in ``pausing``."""
+        async with self._admission:
+            return await self._admit_pause(session_id, reason)
+
+    async def _admit_pause(self, session_id: str, reason: str) -> Session:
         s = self.get(session_id)
         op = self._ops.get(s.id)
         if (op and op.kind == "pause") or (s.state == "paused" and not op):
@@ -278,7 +286,12 @@ class Lifecycle:
         await self._event(s, "pause_failed", reason, message=s.message, error_reason="kernel-died")
 
     # -- resume --------------------------------------------------------------------------------
-    async def resume(
+    async def resume(self, session_id: str, **options) -> Session:
+        """Start (or join) a resume; returns at once with the session ``waiting``."""
+        async with self._admission:
+            return await self._admit_resume(session_id, **options)
+
+    async def _admit_resume(
         self,
         session_id: str,
         checkpoint_id: str | None = None,

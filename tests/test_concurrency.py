@@ -1,0 +1,124 @@
+"""Operations that meet: a pause asked twice, a busy kernel, cancel, a resume asked twice."""
+
+from __future__ import annotations
+
+import asyncio
+
+from tests.test_faults import READBACK, READBACK_OK, STATE, manifests
+
+
+async def test_manual_pause_of_a_busy_kernel_waits_for_the_cell(lab, store_dir):
+    # Given a kernel running a long cell
+    s = await lab.open_notebook()
+    await lab.run(s["kernel_id"], STATE)
+    await lab.send_cell(s["kernel_id"], "import time; time.sleep(3); finished = True")
+    # When the user pauses, and asks again while the pause waits
+    code, first = await lab.api("POST", f"sessions/{s['id']}/pause")
+    code2, second = await lab.api("POST", f"sessions/{s['id']}/pause")
+    # Then both answers show one pause waiting for the cell, which the kernel finishes
+    assert (code, code2) == (202, 202)
+    assert first["state"] == second["state"] == "pausing"
+    assert "running cell" in first["message"]
+    paused = await lab.wait_state(s["id"])
+    assert paused["state"] == "paused"
+    assert len(manifests(store_dir, s["id"])) == 1
+    assert len(await lab.events(s["id"], "paused")) == 1
+    # And a pause of the paused session is a no-op
+    code, again = await lab.api("POST", f"sessions/{s['id']}/pause")
+    assert code == 202 and again["state"] == "paused"
+    assert again["checkpoint"]["id"] == paused["checkpoint"]["id"]
+    # And the cell's work is in the checkpoint
+    await lab.api("POST", f"sessions/{s['id']}/resume")
+    back = await lab.wait_state(s["id"])
+    assert (await lab.run(back["kernel_id"], "print(finished)")).strip() == "True"
+
+
+async def test_cancel_a_pause_that_waits_for_a_cell(lab, store_dir):
+    # Given a pause waiting for a long cell
+    s = await lab.open_notebook()
+    await lab.run(s["kernel_id"], STATE)
+    await lab.send_cell(s["kernel_id"], "import time; time.sleep(2); note = 'still mine'")
+    await lab.api("POST", f"sessions/{s['id']}/pause")
+    # When the user cancels it
+    code, body = await lab.api("POST", f"sessions/{s['id']}/cancel")
+    # Then the session is active again, nothing was written, the kernel is untouched
+    assert code == 200 and body["state"] in ("active", "idle"), body
+    assert "cancelled" in body["message"]
+    await asyncio.sleep(2.5)
+    after = await lab.session(s["id"])
+    assert after["state"] in ("active", "idle") and after["kernel_id"] == s["kernel_id"]
+    assert (await lab.run(s["kernel_id"], "print(note)")).strip() == "still mine"
+    assert manifests(store_dir, s["id"]) == []
+    assert [e["type"] for e in await lab.events(s["id"])] == ["cancelled"]
+    # And cancel with nothing to cancel is refused
+    code, err = await lab.api("POST", f"sessions/{s['id']}/cancel")
+    assert code == 409 and "nothing to cancel" in err["message"]
+
+
+async def test_second_resume_joins_the_first(lab):
+    # Given a paused session
+    s = await lab.open_notebook()
+    await lab.run(s["kernel_id"], STATE)
+    await lab.api("POST", f"sessions/{s['id']}/pause")
+    await lab.wait_state(s["id"])
+    # When resume is asked twice at once
+    (c1, r1), (c2, r2) = await asyncio.gather(
+        lab.api("POST", f"sessions/{s['id']}/resume"),
+        lab.api("POST", f"sessions/{s['id']}/resume"),
+    )
+    # Then both are accepted, and exactly one new kernel restores the state
+    assert (c1, c2) == (202, 202), (r1, r2)
+    back = await lab.wait_state(s["id"])
+    assert lab.app.kernel_manager.list_kernel_ids() == [back["kernel_id"]]
+    assert len(await lab.events(s["id"], "resumed")) == 1
+    assert (await lab.run(back["kernel_id"], READBACK)).strip() == READBACK_OK
+    # And resuming the active session is refused
+    code, err = await lab.api("POST", f"sessions/{s['id']}/resume")
+    assert code == 409 and err["reason"] == "wrong-state"
+
+
+async def test_resume_never_overwrites_a_new_kernel_silently(lab):
+    # Given a paused notebook that the user re-opened with a fresh kernel
+    s = await lab.open_notebook("work.ipynb")
+    await lab.run(s["kernel_id"], STATE)
+    await lab.api("POST", f"sessions/{s['id']}/pause")
+    await lab.wait_state(s["id"])
+    fresh = await lab.open_notebook("work.ipynb")
+    await lab.run(fresh["kernel_id"], "scratch = 'typed after the pause'")
+    # When the user resumes without saying where
+    code, err = await lab.api("POST", f"sessions/{s['id']}/resume")
+    # Then it is refused, naming the kernel that would be overwritten
+    assert code == 409 and err["reason"] == "kernel-exists"
+    assert fresh["kernel_id"] in err["message"]
+    assert (await lab.session(s["id"]))["state"] == "paused"
+    # When the user names that kernel, the state is restored into it and the two rows merge
+    code, _ = await lab.api(
+        "POST", f"sessions/{s['id']}/resume", {"into_kernel": fresh["kernel_id"]}
+    )
+    assert code == 202
+    back = await lab.wait_state(s["id"])
+    assert back["kernel_id"] == fresh["kernel_id"]
+    out = await lab.run(fresh["kernel_id"], READBACK + "; print(scratch)")
+    assert out.splitlines() == [READBACK_OK, "typed after the pause"]
+    code, body = await lab.api("GET", "sessions", params={"path": "work.ipynb"})
+    assert [x["id"] for x in body["sessions"]] == [s["id"]]
+
+
+async def test_progress_is_reported_while_pausing(lab):
+    # Given a state of a few hundred MB
+    s = await lab.open_notebook()
+    await lab.run(s["kernel_id"], STATE + "\nbig = [torch.randn(4_000_000) for _ in range(25)]")
+    await lab.api("POST", f"sessions/{s['id']}/pause")
+    seen = []
+    while True:
+        cur = await lab.session(s["id"])
+        if cur["state"] != "pausing":
+            break
+        if cur["progress"] and cur["progress"]["phase"] == "writing":
+            seen.append(cur["progress"])
+        await asyncio.sleep(0.05)
+    # Then the writing phase showed bytes done out of a known total
+    assert cur["state"] == "paused"
+    assert seen and all(p["total_bytes"] >= 400_000_000 for p in seen)
+    assert all(0 < p["done_bytes"] <= p["total_bytes"] for p in seen)
+    assert cur["progress"] is None
