@@ -192,3 +192,18 @@ async def test_blobs_are_shared_between_checkpoints(lab, store_dir):
     blobs = [p for p in (store_dir / "v1" / "blobs").rglob("*") if p.is_file()]
     assert all(len(p.name) == 32 and p.parent.name == p.name[:2] for p in blobs)
     assert os.path.exists(store_dir / blob_path(blobs[0].name))
+
+
+async def test_pause_from_inside_the_notebook(lab, store_dir):
+    # Given a notebook that registered its model
+    s = await lab.open_notebook()
+    await lab.run(s["kernel_id"], SETUP)
+    # When a cell asks for the pause itself, by magic and then by function
+    out = await lab.run(s["kernel_id"], "%load_ext jupyter_gpu_pause\n%gpu_pause status")
+    assert out.startswith("nb.ipynb: active")
+    out = await lab.run(s["kernel_id"], "r = gp.pause(); print(r['state'], r['id'])")
+    # Then the server answers at once (the pause waits for this very cell to end)
+    assert out.split() == ["pausing", s["id"]]
+    paused = await lab.wait_state(s["id"])
+    assert paused["state"] == "paused" and not lab.kernel_alive(s["kernel_id"])
+    assert paused["checkpoint"]["objects"] >= 10
