@@ -156,3 +156,13 @@ def dry_run(mode: str = "namespace") -> CheckReport:
         if o["kind"] != "hooks"
     ]
     return CheckReport(objects=objects, skipped=plan.skipped, bytes=plan.total_bytes, error=None)
+
+
+def check(arg: str) -> None:
+    """The dry run, for the server: published as a result (used in idle warnings)."""
+    params = _decode(arg)
+    try:
+        report = dict(dry_run(params.get("capture", "namespace")))
+    except Exception as e:
+        return _fail(f"check failed: {type(e).__name__}: {e}", "agent-error")
+    _publish(MIME_RESULT, {"ok": True, "result": report})

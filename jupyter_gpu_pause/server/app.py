@@ -19,6 +19,9 @@ from .checkpoints import Checkpoints
 from .handlers import handlers
 from .kernels import KernelBridge
 from .lifecycle import Lifecycle
+from .monitor import Monitor
+from .policy import DEFAULT_POLICIES, PolicyError, parse_policies
+from .probes import GpuProbe, NvmlProbe
 from .records import Records
 
 
@@ -77,8 +80,25 @@ class GpuPauseApp(ExtensionApp):
 
     policies = List(
         Dict(),
-        help="Idle policies, first match wins (see DESIGN §5). Default: GPU-holding kernels "
-        "pause after 3600 s idle, warned 300 s before.",
+        default_value=DEFAULT_POLICIES,
+        help="Idle policies, first match wins; a session matching none is never acted on. "
+        "Each: {'name', 'match': {'kernel_name': glob, 'uses_gpu': bool, 'user': glob}, "
+        "'idle_timeout': s, 'warn_before': s, 'action': 'pause'|'cull'|'warn'|'none', "
+        "'gpu_idle_below': %, 'count_connected': bool, 'max_keepalive': s}. Default: "
+        "GPU-holding kernels pause after 3600 s idle, warned 300 s before. [] turns it off.",
+    ).tag(config=True)
+
+    gpu_probe_class = Type(
+        default_value=NvmlProbe,
+        klass=GpuProbe,
+        help="Measures the GPU memory and utilisation of kernel processes. Default: NvmlProbe "
+        "(reports nothing where NVML or a GPU is missing).",
+    ).tag(config=True)
+
+    gpu_hold_alarm_hours = Float(
+        0.0,
+        help="Raise a gpu_hold_alarm event once per this many hours for a session holding "
+        "a GPU, whatever its activity. Default: 0 (off). Example: 12.",
     ).tag(config=True)
 
     capacity_provider_class = Type(
@@ -113,7 +133,7 @@ class GpuPauseApp(ExtensionApp):
         "shut down. Default: True.",
     ).tag(config=True)
 
-    @validate("poll_interval", "resume_timeout")
+    @validate("poll_interval", "resume_timeout", "gpu_hold_alarm_hours")
     def _non_negative(self, proposal):
         if proposal["value"] < 0 or (
             proposal["trait"].name == "poll_interval" and proposal["value"] == 0
@@ -134,6 +154,12 @@ class GpuPauseApp(ExtensionApp):
         # Kernels inherit these, so gp.pause() in a notebook can reach this server.
         os.environ["JUPYTER_GPU_PAUSE_URL"] = server.connection_url
         os.environ["JUPYTER_GPU_PAUSE_TOKEN"] = server.identity_provider.token or ""
+        try:
+            policies = parse_policies(self.policies)
+        except PolicyError as e:
+            # Refuse to serve with a policy the admin did not mean: stop, naming it.
+            self.log.critical("jupyter_gpu_pause: bad GpuPauseApp.policies: %s", e)
+            raise SystemExit(f"jupyter_gpu_pause: bad GpuPauseApp.policies: {e}") from e
         store = Store(self.store_url, self.store_options)
         self.records = Records(self.db_path)
         self.lifecycle = Lifecycle(
@@ -151,14 +177,25 @@ class GpuPauseApp(ExtensionApp):
             },
             log=self.log,
         )
-        self.settings.update({"gpu_pause": self.lifecycle})
+        self.monitor = Monitor(
+            lifecycle=self.lifecycle,
+            policies=policies,
+            probe=self.gpu_probe_class(parent=self),
+            poll_interval=self.poll_interval,
+            gpu_hold_alarm_hours=self.gpu_hold_alarm_hours,
+            capture=self.capture,
+            log=self.log,
+        )
+        self.settings.update({"gpu_pause": self.lifecycle, "gpu_pause_monitor": self.monitor})
 
     def initialize_handlers(self):
         self.handlers.extend(handlers())
 
     async def _start_jupyter_server_extension(self, serverapp):
         await self.lifecycle.start()
+        self.monitor.start()
 
     async def stop_extension(self):
+        await self.monitor.stop()
         await self.lifecycle.stop()
         self.records.close()

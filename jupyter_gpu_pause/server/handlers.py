@@ -50,6 +50,16 @@ class BaseHandler(ExtensionHandlerMixin, APIHandler):
     auth_resource = AUTH_RESOURCE
 
     @property
+    def _track_activity(self) -> bool:
+        # The Lab panel polls these GETs; they must not keep an idle server awake
+        # (shutdown_no_activity_timeout). Actions (POST, DELETE) are activity.
+        return self.request.method != "GET"
+
+    @property
+    def monitor(self):
+        return self.settings["gpu_pause_monitor"]
+
+    @property
     def lifecycle(self):
         return self.settings["gpu_pause"]
 
@@ -143,6 +153,22 @@ class CancelHandler(BaseHandler):
         self.send(self.lifecycle.view(s))
 
 
+class KeepaliveHandler(BaseHandler):
+    @api
+    async def post(self, session_id):
+        b = self.body({"seconds": int})
+        if "seconds" not in b:
+            raise BadRequest('give the keep-alive length: {"seconds": 3600}', "bad-seconds")
+        await self.monitor.keepalive(session_id, b["seconds"])
+        self.send(self.lifecycle.view(self.lifecycle.get(session_id)))
+
+
+class PoliciesHandler(BaseHandler):
+    @api
+    async def get(self):
+        self.send({"policies": [p.to_json() for p in self.monitor.policies]})
+
+
 class CheckpointsHandler(BaseHandler):
     @api
     async def get(self, session_id):
@@ -182,7 +208,9 @@ def handlers() -> list[tuple[str, type]]:
         (rf"{base}/sessions/{SID}/pause", PauseHandler),
         (rf"{base}/sessions/{SID}/resume", ResumeHandler),
         (rf"{base}/sessions/{SID}/cancel", CancelHandler),
+        (rf"{base}/sessions/{SID}/keepalive", KeepaliveHandler),
         (rf"{base}/sessions/{SID}/checkpoints", CheckpointsHandler),
+        (rf"{base}/policies", PoliciesHandler),
         (rf"{base}/capacity", CapacityHandler),
         (rf"{base}/events", EventsHandler),
     ]

@@ -35,6 +35,8 @@ class KernelBridge:
         self.sm = session_manager
         self.ksm = kernel_spec_manager
         self.log = log
+        # Session ids of our own clients: their requests are not user activity.
+        self.agent_sessions: set[str] = set()
 
     # -- facts -----------------------------------------------------------------------------
     def is_running(self, kernel_id: str | None) -> bool:
@@ -42,6 +44,13 @@ class KernelBridge:
 
     def kernel(self, kernel_id: str):
         return self.km.get_kernel(kernel_id)
+
+    def pid(self, kernel_id: str) -> int | None:
+        return _pid(self.kernel(kernel_id)) if self.is_running(kernel_id) else None
+
+    def connections(self, kernel_id: str) -> int:
+        """Open browser (websocket) connections to the kernel, as jupyter_server counts them."""
+        return int(getattr(self.km, "_kernel_connections", {}).get(kernel_id, 0))
 
     def execution_state(self, kernel_id: str) -> str | None:
         return getattr(self.kernel(kernel_id), "execution_state", None)
@@ -116,6 +125,7 @@ class KernelBridge:
         client = AsyncKernelClient()
         client.load_connection_info(kernel.get_connection_info(session=False))
         client.session.key = kernel.session.key
+        self.agent_sessions.add(client.session.session)
         client.start_channels()
         result: dict = {}
 

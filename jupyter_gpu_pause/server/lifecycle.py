@@ -108,8 +108,24 @@ class Lifecycle:
             ):
                 await self._kernel_gone(s)
 
+    async def cull(self, session_id: str, reason: str) -> None:
+        """Shut the kernel down without a checkpoint (an admin's ``cull`` policy)."""
+        s = self.get(session_id)
+        if s.state not in RUNNING or s.id in self._ops:
+            raise WrongState(f"cannot cull: the session is {s.state}")
+        await self.record_event(
+            s,
+            "culled",
+            reason,
+            kernel_id=s.kernel_id,
+            message=f"{s.path}: kernel shut down by {reason} without a checkpoint; "
+            "its variables are lost",
+        )
+        await self.bridge.shutdown(s.kernel_id)
+        await self._kernel_gone(s)
+
     async def _kernel_gone(self, s: Session) -> None:
-        """The kernel ended outside our control: keep a record only if a checkpoint exists."""
+        """The kernel ended outside a pause: keep a record only if a checkpoint exists."""
         if not s.checkpoint:
             del self.sessions[s.id]
             await self.records.delete(s.id)
@@ -148,7 +164,18 @@ class Lifecycle:
     async def events(self, since=None, session_id=None) -> list[dict]:
         return await self.records.events(since=since, session_id=session_id)
 
-    async def _event(self, s: Session, type_: str, reason: str, **detail) -> None:
+    def session_for_kernel(self, kernel_id: str) -> Session | None:
+        return next((s for s in self.sessions.values() if s.kernel_id == kernel_id), None)
+
+    def busy_sessions(self) -> set[str]:
+        """Sessions with a pause or resume in flight."""
+        return set(self._ops)
+
+    def op_task(self, session_id: str):
+        op = self._ops.get(session_id)
+        return op.task if op else None
+
+    async def record_event(self, s: Session, type_: str, reason: str, **detail) -> None:
         await self.records.add_event(s.id, type_, reason, detail)
         self.log.info("gpu-pause %s %s (%s): %s", type_, s.path, reason, detail.get("message", ""))
 
@@ -230,7 +257,7 @@ class Lifecycle:
             self.capacity.release(s.id)
         except asyncio.CancelledError:
             s.state, s.message = "active", "Pause cancelled; the kernel was not touched"
-            await self._event(s, "cancelled", reason, message=s.message)
+            await self.record_event(s, "cancelled", reason, message=s.message)
             return
         except KernelDied as e:
             await self._pause_lost(s, reason, e)
@@ -250,7 +277,7 @@ class Lifecycle:
             + (f"; not saved: {', '.join(x['name'] for x in skipped)}" if skipped else "")
         )
         await self.records.save(s)
-        await self._event(
+        await self.record_event(
             s,
             "paused",
             reason,
@@ -266,7 +293,9 @@ class Lifecycle:
         s.state = "active"
         s.error = {"message": text, "reason": getattr(e, "reason", "store"), "state_intact": True}
         s.message = f"Pause failed: {text}. The kernel is still running with all its variables."
-        await self._event(s, "pause_failed", reason, message=text, error_reason=s.error["reason"])
+        await self.record_event(
+            s, "pause_failed", reason, message=text, error_reason=s.error["reason"]
+        )
 
     async def _pause_lost(self, s: Session, reason: str, e: Exception) -> None:
         older = (
@@ -283,7 +312,9 @@ class Lifecycle:
         s.state = "failed"
         s.error = {"message": text + older, "reason": "kernel-died", "state_intact": False}
         s.message = s.error["message"]
-        await self._event(s, "pause_failed", reason, message=s.message, error_reason="kernel-died")
+        await self.record_event(
+            s, "pause_failed", reason, message=s.message, error_reason="kernel-died"
+        )
 
     # -- resume --------------------------------------------------------------------------------
     async def resume(self, session_id: str, **options) -> Session:
@@ -399,7 +430,7 @@ class Lifecycle:
         except asyncio.CancelledError:
             await self._resume_undo(s, started)
             s.state, s.message = "paused", "Resume cancelled"
-            await self._event(s, "cancelled", "user", message=s.message)
+            await self.record_event(s, "cancelled", "user", message=s.message)
             return
         except Exception as e:
             await self._resume_undo(s, started)
@@ -414,7 +445,7 @@ class Lifecycle:
                 "refused": refused,
             }
             s.message = f"Resume failed: {text}. The checkpoints are unchanged."
-            await self._event(s, "resume_failed", "user", message=text, refused=refused)
+            await self.record_event(s, "resume_failed", "user", message=text, refused=refused)
             return
         finally:
             s.progress, s.queue_position = None, None
@@ -432,7 +463,7 @@ class Lifecycle:
             + (f"; {len(refused)} newer checkpoint(s) refused" if refused else "")
         )
         await self.records.save(s)
-        await self._event(
+        await self.record_event(
             s,
             "resumed",
             "user",
@@ -475,7 +506,7 @@ class Lifecycle:
         if delete_checkpoints:
             for cid in await self.checkpoints.ids(s.id):
                 await self.checkpoints.delete(s.id, cid)
-                await self._event(s, "checkpoint_deleted", "user", checkpoint_id=cid)
+                await self.record_event(s, "checkpoint_deleted", "user", checkpoint_id=cid)
         del self.sessions[s.id]
         await self.records.delete(s.id)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 
 from ..store.format import iso, utcnow
 
@@ -29,10 +30,17 @@ class Session:
     restore: dict | None = None
     created: str = field(default_factory=lambda: iso(utcnow()))
     updated: str = field(default_factory=lambda: iso(utcnow()))
+    gpu_seconds_held: float = 0.0
+    gpu_seconds_idle: float = 0.0
     progress: dict | None = field(default=None, compare=False)
     queue_position: int | None = field(default=None, compare=False)
+    # kept up to date by the idle monitor; meaningless after a restart, so not persisted
+    last_activity: datetime | None = field(default=None, compare=False)
+    pause_at: datetime | None = field(default=None, compare=False)
+    policy: str | None = field(default=None, compare=False)
+    gpu: dict | None = field(default=None, compare=False)
 
-    TRANSIENT = ("progress", "queue_position")
+    TRANSIENT = ("progress", "queue_position", "last_activity", "pause_at", "policy", "gpu")
 
     def to_record(self) -> dict:
         d = asdict(self)

@@ -16,13 +16,34 @@ def _as_utc(dt) -> datetime | None:
     return dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)
 
 
+def _message(s: Session, state: str, idle: float | None) -> str | None:
+    if state not in RUNNING or idle is None:
+        return s.message
+    text = f"Idle {_duration(idle)}" if state == "idle" else "Active"
+    if s.pause_at is not None:
+        text += f" — pauses at {s.pause_at.strftime('%H:%M:%S')} UTC (policy {s.policy})"
+    return f"{text}. {s.message}" if s.message else text
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
 def session_json(s: Session, kernel) -> dict:
-    last = _as_utc(getattr(kernel, "last_activity", None)) if kernel is not None else None
+    last = s.last_activity or (
+        _as_utc(getattr(kernel, "last_activity", None)) if kernel is not None else None
+    )
     idle = (utcnow() - last).total_seconds() if last else None
     state = s.state
     if state in RUNNING and kernel is not None:
         busy = getattr(kernel, "execution_state", None) == "busy"
-        state = "active" if busy or (idle is not None and idle < ACTIVE_WINDOW) else "idle"
+        quiet = s.pause_at is not None or (idle is not None and idle >= ACTIVE_WINDOW)
+        state = "idle" if quiet and not busy else "active"
+    running = state in RUNNING
     return {
         "id": s.id,
         "path": s.path,
@@ -30,15 +51,15 @@ def session_json(s: Session, kernel) -> dict:
         "kernel_id": s.kernel_id,
         "kernel_name": s.kernel_name,
         "state": state,
-        "idle_seconds": round(idle, 1) if idle is not None and state in RUNNING else None,
+        "idle_seconds": round(idle, 1) if idle is not None and running else None,
         "last_activity": iso(last),
-        "pause_at": None,
-        "policy": None,
-        "gpu": None,
+        "pause_at": iso(s.pause_at) if running else None,
+        "policy": s.policy if running else None,
+        "gpu": s.gpu if running else None,
         "checkpoint": s.checkpoint,
         "progress": s.progress,
         "queue_position": s.queue_position,
         "error": s.error,
-        "message": s.message,
+        "message": _message(s, state, idle),
         "restore": s.restore,
     }

@@ -1,0 +1,117 @@
+"""GPU probes: how much GPU memory and utilisation a set of processes holds.
+
+``NvmlProbe`` reads NVIDIA's management library; where there is no GPU or no driver it reports
+nothing (``available`` False) instead of failing. Probes block, so the monitor calls them in a
+thread. An admin (or a test) swaps the probe with ``c.GpuPauseApp.gpu_probe_class``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import psutil
+from traitlets.config import LoggingConfigurable
+
+
+@dataclass
+class GpuUsage:
+    """What one session's processes hold: devices (UUIDs), bytes, and utilisation in %."""
+
+    devices: list[str] = field(default_factory=list)
+    memory_bytes: int = 0
+    utilization: float = 0.0
+
+    def to_json(self) -> dict:
+        return {
+            "devices": self.devices,
+            "memory_bytes": self.memory_bytes,
+            "utilization": self.utilization,
+        }
+
+
+def process_tree(pid: int) -> set[int]:
+    """A kernel's pid and its children's (GPU work often runs in a child process)."""
+    try:
+        p = psutil.Process(pid)
+        return {pid, *(c.pid for c in p.children(recursive=True))}
+    except psutil.Error:
+        return {pid}
+
+
+class GpuProbe(LoggingConfigurable):
+    """Base class: ``sample`` maps each key to the GPU usage of its set of pids."""
+
+    available = False
+
+    def sample(self, pids_by_key: dict[str, set[int]]) -> dict[str, GpuUsage]:
+        return {}
+
+    def devices(self) -> list[dict]:
+        return []
+
+
+class NvmlProbe(GpuProbe):
+    """Per-process GPU memory and utilisation from NVML (nvidia-ml-py)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self._nvml = None
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            self._nvml = pynvml
+            self.available = pynvml.nvmlDeviceGetCount() > 0
+        except Exception as e:  # NVMLError_LibraryNotFound and friends: no GPU here
+            self.log.info("jupyter_gpu_pause: no NVML (%s); GPU use is not measured", e)
+
+    def _handles(self):
+        n = self._nvml
+        return [n.nvmlDeviceGetHandleByIndex(i) for i in range(n.nvmlDeviceGetCount())]
+
+    def devices(self) -> list[dict]:
+        if not self.available:
+            return []
+        n, out = self._nvml, []
+        for h in self._handles():
+            mem = n.nvmlDeviceGetMemoryInfo(h)
+            out.append(
+                {
+                    "uuid": n.nvmlDeviceGetUUID(h),
+                    "name": n.nvmlDeviceGetName(h),
+                    "memory_total": int(mem.total),
+                    "memory_used": int(mem.used),
+                    "utilization": n.nvmlDeviceGetUtilizationRates(h).gpu,
+                }
+            )
+        return out
+
+    def sample(self, pids_by_key):
+        if not self.available:
+            return {}
+        n = self._nvml
+        owner = {pid: key for key, pids in pids_by_key.items() for pid in pids}
+        usage: dict[str, GpuUsage] = {}
+        for h in self._handles():
+            uuid = n.nvmlDeviceGetUUID(h)
+            try:
+                procs = n.nvmlDeviceGetComputeRunningProcesses(h)
+            except n.NVMLError:
+                continue
+            util_by_pid = {}
+            try:
+                for s in n.nvmlDeviceGetProcessUtilization(h, 0):
+                    util_by_pid[s.pid] = s.smUtil
+            except n.NVMLError:  # not supported on every GPU: fall back to the device's
+                device_util = n.nvmlDeviceGetUtilizationRates(h).gpu
+                util_by_pid = {p.pid: device_util for p in procs}
+            for p in procs:
+                key = owner.get(p.pid)
+                if key is None:
+                    continue
+                u = usage.setdefault(key, GpuUsage())
+                if uuid not in u.devices:
+                    u.devices.append(uuid)
+                u.memory_bytes += int(p.usedGpuMemory or 0)
+                u.utilization = max(u.utilization, float(util_by_pid.get(p.pid, 0)))
+        return usage
