@@ -51,8 +51,17 @@ class Lab:
     """What a user does through the REST API and a notebook's kernel."""
 
     def __init__(self, fetch, serverapp):
-        self.fetch = fetch
+        self._fetch = fetch
         self.app = serverapp
+        self._started = False
+
+    async def fetch(self, *parts, **kwargs):
+        """jp_fetch, after running the extensions' start hooks as a real server does once its
+        event loop runs (pytest-jupyter does not): that starts our idle monitor."""
+        if not self._started:
+            self._started = True
+            await self.app.extension_manager.start_all_extensions()
+        return await self._fetch(*parts, **kwargs)
 
     async def api(self, method: str, path: str, body=None, params=None, raw: bool = False):
         kw = {"method": method, "raise_error": False}

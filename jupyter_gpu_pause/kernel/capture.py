@@ -12,6 +12,7 @@ import platform
 import socket
 import sys
 import types
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from ..store import Store, blob_hash
@@ -144,11 +145,15 @@ def write_plan(plan: Plan, store: Store, progress=None, verify: bool = True) -> 
     ``verify`` re-reads each newly written blob and checks its hash, so a bad disk or a torn
     upload is caught while the kernel, and so the state, still exists.
     """
-    import_np = sys.modules.get("numpy")
     total = plan.total_bytes
     done = 0
     blobs: dict = {}
     new_bytes = 0
+
+    # Read-back checks run in one worker thread, overlapping the next blob's write; all of
+    # them finish before this function returns, so before the manifest can be written.
+    checks = ThreadPoolExecutor(max_workers=1) if verify else None
+    pending = []
 
     def put(buf, kind, extra):
         nonlocal done, new_bytes
@@ -157,14 +162,27 @@ def write_plan(plan: Plan, store: Store, progress=None, verify: bool = True) -> 
         h, written = store.put_blob(buf, h)
         if written:
             new_bytes += n
-            if verify:
-                store.verify_blob(h, n)
+            if checks:
+                pending.append(checks.submit(store.verify_blob, h, n))
         blobs.setdefault(h, {"bytes": n, "kind": kind, **extra})
         done += n
         if progress:
             progress("writing", done, total)
         return h
 
+    try:
+        result = _write_all_blobs(plan, put)
+        for f in pending:
+            f.result()  # raises the first IntegrityError/StoreError
+    finally:
+        if checks:
+            checks.shutdown(wait=True, cancel_futures=True)
+    result.update(blobs=blobs, new_bytes=new_bytes)
+    return result
+
+
+def _write_all_blobs(plan: Plan, put) -> dict:
+    import_np = sys.modules.get("numpy")
     storages = []
     for s in plan.refs.storages:
         device = str(s.device)
@@ -190,8 +208,6 @@ def write_plan(plan: Plan, store: Store, progress=None, verify: bool = True) -> 
         "storages": storages,
         "arrays": arrays,
         "pickle": {"blob": pickle_blob, "bytes": len(stream)},
-        "blobs": blobs,
-        "new_bytes": new_bytes,
     }
 
 

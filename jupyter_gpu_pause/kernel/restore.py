@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import pickle
+import sys
 
 from ..store import Store
 from .pickling import NamespaceUnpickler
@@ -40,19 +41,33 @@ def _device_map(storages: list[dict], device: str):
     return {d: f"cuda:{i % count}" for i, d in enumerate(saved)}
 
 
+def _allocator(doc: dict):
+    """Buffers for blobs: from torch when it is (or will be) loaded, else numpy.
+
+    numpy asks for transparent huge pages on large buffers, and on hosts that defragment on
+    demand the first touch of such a buffer can stall for seconds; torch's allocator does not.
+    """
+    import numpy as np
+
+    if doc["storages"] or "torch" in sys.modules:
+        import torch
+
+        return lambda n: torch.empty(n, dtype=torch.uint8).numpy()
+    return lambda n: np.empty(n, dtype=np.uint8)
+
+
 def load_blobs(doc: dict, store: Store, progress=None) -> dict:
     """Read every blob into memory, checking size and hash; raise at the first bad one.
 
     Nothing is unpickled before this has returned for the whole checkpoint.
     """
-    import numpy as np
-
+    alloc = _allocator(doc)
     total = int(doc["totals"]["bytes"])
     done = 0
     data: dict = {}
     for h, meta in doc["blobs"].items():
         n = int(meta["bytes"])
-        buf = np.empty(n, dtype=np.uint8)
+        buf = alloc(n)
         store.read_blob_into(h, buf)
         data[h] = buf
         done += n

@@ -26,6 +26,7 @@ from .records import Records
 from .views import session_json
 
 DEVICES = ("gpu", "cpu", "any")
+STOP_GRACE = 15.0  # seconds a stopping server waits for in-flight operations
 
 
 @dataclass
@@ -56,6 +57,8 @@ class Lifecycle:
         # Admission (state checks up to registering the operation) awaits I/O; one lock keeps
         # two requests from both passing the checks and starting two operations.
         self._admission = asyncio.Lock()
+        # set by the monitor: is a person's cell running? (our agent's requests excluded)
+        self.user_busy = None
 
     # -- startup, sync -----------------------------------------------------------------------
     async def start(self) -> None:
@@ -68,12 +71,13 @@ class Lifecycle:
         await self.refresh()
 
     async def stop(self) -> None:
+        """Cancel what can still be cancelled; give the rest a bounded time to finish."""
         for op in list(self._ops.values()):
             if op.task and not op.committed:
                 op.task.cancel()
-        await asyncio.gather(
-            *(op.task for op in self._ops.values() if op.task), return_exceptions=True
-        )
+        tasks = [op.task for op in self._ops.values() if op.task]
+        if tasks:
+            await asyncio.wait(tasks, timeout=STOP_GRACE)
 
     async def refresh(self) -> None:
         """Track every Jupyter session's kernel; settle records whose kernel has gone."""
@@ -113,15 +117,16 @@ class Lifecycle:
         s = self.get(session_id)
         if s.state not in RUNNING or s.id in self._ops:
             raise WrongState(f"cannot cull: the session is {s.state}")
+        kernel_id = s.kernel_id
+        await self.bridge.shutdown(kernel_id)
         await self.record_event(
             s,
             "culled",
             reason,
-            kernel_id=s.kernel_id,
+            kernel_id=kernel_id,
             message=f"{s.path}: kernel shut down by {reason} without a checkpoint; "
             "its variables are lost",
         )
-        await self.bridge.shutdown(s.kernel_id)
         await self._kernel_gone(s)
 
     async def _kernel_gone(self, s: Session) -> None:
@@ -154,8 +159,10 @@ class Lifecycle:
         return [self.view(s) for s in sorted(found, key=lambda s: (s.path, s.created))]
 
     def view(self, s: Session) -> dict:
-        kernel = self.bridge.kernel(s.kernel_id) if self.bridge.is_running(s.kernel_id) else None
-        return session_json(s, kernel)
+        running = self.bridge.is_running(s.kernel_id)
+        kernel = self.bridge.kernel(s.kernel_id) if running else None
+        busy = self.user_busy(s.kernel_id) if running and self.user_busy else None
+        return session_json(s, kernel, busy)
 
     async def list_checkpoints(self, session_id: str) -> list[dict]:
         self.get(session_id)

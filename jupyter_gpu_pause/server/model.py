@@ -39,8 +39,17 @@ class Session:
     pause_at: datetime | None = field(default=None, compare=False)
     policy: str | None = field(default=None, compare=False)
     gpu: dict | None = field(default=None, compare=False)
+    idle_after: float | None = field(default=None, compare=False)
 
-    TRANSIENT = ("progress", "queue_position", "last_activity", "pause_at", "policy", "gpu")
+    TRANSIENT = (
+        "progress",
+        "queue_position",
+        "last_activity",
+        "pause_at",
+        "policy",
+        "gpu",
+        "idle_after",
+    )
 
     def to_record(self) -> dict:
         d = asdict(self)

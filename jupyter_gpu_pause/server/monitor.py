@@ -27,16 +27,19 @@ DRY_RUN_TIMEOUT = 30.0
 class ActivityTracker:
     """One IOPub subscription per kernel, recording when a person last made it do something."""
 
-    def __init__(self, kernel_manager, agent_sessions: set[str]):
+    def __init__(self, kernel_manager, agent_sessions: set[str], on_activity=None):
         self.km = kernel_manager
         self.agent_sessions = agent_sessions
+        self.on_activity = on_activity
         self.last: dict[str, datetime] = {}
+        self.busy: dict[str, bool] = {}
         self._streams: dict[str, object] = {}
 
     def sync(self, kernel_ids: set[str]) -> None:
         for kid in set(self._streams) - kernel_ids:
             self._streams.pop(kid).close()
             self.last.pop(kid, None)
+            self.busy.pop(kid, None)
         for kid in kernel_ids - set(self._streams):
             self._watch(kid)
 
@@ -52,11 +55,21 @@ class ActivityTracker:
             parent = msg.get("parent_header") or {}
             if parent.get("session") in self.agent_sessions:
                 return
-            if parent.get("msg_type") in USER_MESSAGES or msg["header"]["msg_type"] == "comm_msg":
+            msg_type = msg["header"]["msg_type"]
+            if parent.get("msg_type") in USER_MESSAGES or msg_type == "comm_msg":
                 self.last[kid] = utcnow()
+                if msg_type == "status":
+                    content = session.deserialize(fed)["content"]
+                    self.busy[kid] = content.get("execution_state") == "busy"
+                if self.on_activity:
+                    self.on_activity(kid)
 
         stream.on_recv(on_message)
         self._streams[kid] = stream
+
+    def is_busy(self, kid: str) -> bool:
+        """A person's cell is running (our own agent's requests do not count)."""
+        return self.busy.get(kid, False)
 
     def touch(self, kid: str, when: datetime) -> None:
         self.last[kid] = when
@@ -99,9 +112,18 @@ class Monitor:
         self.alarm_hours = gpu_hold_alarm_hours
         self.capture = capture
         self.log = log
-        self.tracker = ActivityTracker(self.bridge.km, self.bridge.agent_sessions)
+        self.tracker = ActivityTracker(
+            self.bridge.km, self.bridge.agent_sessions, on_activity=self._on_activity
+        )
+        lifecycle.user_busy = self.tracker.is_busy
         self.watches: dict[str, Watch] = {}
         self._task: asyncio.Task | None = None
+
+    def _on_activity(self, kernel_id: str) -> None:
+        """A person used the kernel: any warning is void at once, not at the next pass."""
+        s = self.lc.session_for_kernel(kernel_id)
+        if s is not None:
+            s.pause_at, s.last_activity = None, utcnow()
 
     # -- running -------------------------------------------------------------------------------
     def start(self) -> None:
@@ -166,12 +188,12 @@ class Monitor:
 
     async def _evaluate(self, s, usage, now: datetime) -> None:
         w = self.watches.setdefault(s.id, Watch())
-        kernel = self.bridge.kernel(s.kernel_id)
-        busy = getattr(kernel, "execution_state", None) == "busy"
+        busy = self.tracker.is_busy(s.kernel_id)
         uses_gpu = bool(usage and usage.memory_bytes > 0)
         s.gpu = usage.to_json() if usage else None
         policy = first_match(self.policies, s.kernel_name, uses_gpu, None)
         s.policy = policy.name if policy and policy.action != "none" else None
+        s.idle_after = min(60.0, policy.idle_timeout - policy.warn_before) if s.policy else None
         gpu_busy = bool(usage and policy and usage.utilization >= policy.gpu_idle_below)
         if busy or gpu_busy:
             self.tracker.touch(s.kernel_id, now)

@@ -33,15 +33,18 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def session_json(s: Session, kernel) -> dict:
+def session_json(s: Session, kernel, busy: bool | None = None) -> dict:
+    """``busy``: a person's cell runs (from the monitor); None falls back to Jupyter's view."""
     last = s.last_activity or (
         _as_utc(getattr(kernel, "last_activity", None)) if kernel is not None else None
     )
     idle = (utcnow() - last).total_seconds() if last else None
     state = s.state
     if state in RUNNING and kernel is not None:
-        busy = getattr(kernel, "execution_state", None) == "busy"
-        quiet = s.pause_at is not None or (idle is not None and idle >= ACTIVE_WINDOW)
+        if busy is None:
+            busy = getattr(kernel, "execution_state", None) == "busy"
+        window = ACTIVE_WINDOW if s.idle_after is None else s.idle_after
+        quiet = s.pause_at is not None or (idle is not None and idle >= window)
         state = "idle" if quiet and not busy else "active"
     running = state in RUNNING
     return {

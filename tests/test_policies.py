@@ -1,0 +1,313 @@
+"""Idle policies acting on real kernels with short timeouts: warn, then pause, cull or nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from jupyter_gpu_pause.server.policy import PolicyError, parse_policies
+from jupyter_gpu_pause.server.probes import GpuUsage
+from tests.fakes import FakeProbe
+from tests.test_faults import READBACK, READBACK_OK, STATE, manifests
+
+
+def policy(name="short", action="pause", idle=3, warn=2, **extra) -> dict:
+    return {
+        "name": name,
+        "match": {"kernel_name": "python3"},
+        "idle_timeout": idle,
+        "warn_before": warn,
+        "action": action,
+        **extra,
+    }
+
+
+@pytest.fixture
+def policies():
+    return [policy()]
+
+
+@pytest.fixture
+def gp_config(gp_config, policies):
+    FakeProbe.readings = {}
+    gp_config.update(policies=policies, poll_interval=0.3, gpu_probe_class="tests.fakes.FakeProbe")
+    return gp_config
+
+
+async def wait_for(predicate, timeout=30.0, step=0.1):
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while loop.time() < end:
+        value = await predicate()
+        if value:
+            return value
+        await asyncio.sleep(step)
+    raise AssertionError("condition not reached in time")
+
+
+async def test_idle_kernel_is_warned_then_paused(lab, store_dir):
+    # Given an idle notebook with a generator that cannot survive a pause
+    s = await lab.open_notebook()
+    await lab.run(s["kernel_id"], STATE + "\nlines = (x for x in 'ab')")
+
+    # Then it is first warned: idle, with pause_at and the policy, and an event naming the loss
+    async def warned():
+        cur = await lab.session(s["id"])
+        return cur if cur["pause_at"] else None
+
+    cur = await wait_for(warned)
+    assert cur["state"] == "idle" and cur["policy"] == "short"
+    assert "pauses at" in cur["message"] and "short" in cur["message"]
+    (event,) = await lab.events(s["id"], "warned")
+    assert event["reason"] == "policy:short"
+    assert [x["name"] for x in event["detail"]["skipped"]] == ["lines"]
+    assert "lines" in event["detail"]["message"]
+    # And then paused, with a checkpoint, by the policy
+    paused = await lab.wait_state(s["id"], states=("paused",))
+    assert manifests(store_dir, s["id"]) == [paused["checkpoint"]["id"]]
+    (event,) = await lab.events(s["id"], "paused")
+    assert event["reason"] == "policy:short"
+    assert not lab.kernel_alive(s["kernel_id"])
+    # And the dry run behind the warning did not count as activity nor reach the user's history
+    await lab.api("POST", f"sessions/{s['id']}/resume")
+    back = await lab.wait_state(s["id"], states=("active", "idle"))
+    out = await lab.run(back["kernel_id"], READBACK)
+    assert out.strip() == READBACK_OK
+
+
+async def test_busy_kernel_is_never_paused(lab):
+    # Given a kernel running a cell longer than the idle timeout
+    s = await lab.open_notebook()
+    await lab.send_cell(s["kernel_id"], "import time; time.sleep(6)")
+    # Then during the cell it is neither warned nor paused
+    for _ in range(25):
+        cur = await lab.session(s["id"])
+        assert cur["state"] == "active" and cur["pause_at"] is None
+        await asyncio.sleep(0.2)
+    assert await lab.events(s["id"]) == []
+
+
+async def test_activity_clears_a_warning(lab):
+    s = await lab.open_notebook()
+    await lab.run(s["kernel_id"], "x = 1")
+    await wait_for(lambda: _pause_at(lab, s))
+    # When the user runs a cell during the warning
+    await lab.run(s["kernel_id"], "x = 2")
+    # Then the warning is gone and the idle clock restarted
+    cur = await lab.session(s["id"])
+    assert cur["pause_at"] is None and cur["state"] == "active"
+    assert cur["idle_seconds"] < 1.5
+    assert lab.kernel_alive(s["kernel_id"])
+
+
+async def _pause_at(lab, s):
+    return (await lab.session(s["id"]))["pause_at"]
+
+
+@pytest.mark.parametrize("policies", [[policy(idle=3, warn=2, max_keepalive=30)]])
+async def test_keepalive_postpones_and_is_bounded(lab):
+    s = await lab.open_notebook()
+    await wait_for(lambda: _pause_at(lab, s))
+    # When the user asks for more than the policy allows, it is refused naming the limit
+    code, err = await lab.api("POST", f"sessions/{s['id']}/keepalive", {"seconds": 31})
+    assert code == 400 and err["reason"] == "keepalive-too-long"
+    assert "30 s" in err["message"] and "max_keepalive" in err["message"]
+    code, err = await lab.api("POST", f"sessions/{s['id']}/keepalive", {"seconds": -1})
+    assert code == 400
+    # When the user keeps it alive for 6 s
+    code, body = await lab.api("POST", f"sessions/{s['id']}/keepalive", {"seconds": 6})
+    assert code == 200 and body["pause_at"] is None
+    (event,) = await lab.events(s["id"], "keepalive")
+    assert event["detail"]["seconds"] == 6
+    # Then it is not paused for those seconds, and is paused after them
+    await asyncio.sleep(3.5)
+    assert (await lab.session(s["id"]))["state"] in ("active", "idle")
+    await lab.wait_state(s["id"], states=("paused",), timeout=20)
+
+
+@pytest.mark.parametrize("policies", [[policy(action="cull")]])
+async def test_cull_loses_the_kernel_without_a_checkpoint_and_says_so(lab, store_dir):
+    s = await lab.open_notebook()
+    await lab.run(s["kernel_id"], "x = 1")
+
+    async def culled():
+        return await lab.events(s["id"], "culled")
+
+    (event,) = await wait_for(culled)
+    assert event["reason"] == "policy:short"
+    assert "without a checkpoint" in event["detail"]["message"]
+    (warning,) = await lab.events(s["id"], "warned")
+    assert "no checkpoint" in warning["detail"]["message"]
+    assert not lab.kernel_alive(s["kernel_id"])
+    assert manifests(store_dir, s["id"]) == []
+    code, _ = await lab.api("GET", f"sessions/{s['id']}")
+    assert code == 404
+
+
+@pytest.mark.parametrize("policies", [[policy(action="warn", idle=1, warn=0)]])
+async def test_warn_only_warns(lab):
+    s = await lab.open_notebook()
+    await wait_for(lambda: lab.events(s["id"], "warned"))
+    await asyncio.sleep(3)
+    assert lab.kernel_alive(s["kernel_id"])
+    cur = await lab.session(s["id"])
+    assert cur["state"] == "idle" and cur["pause_at"] is None
+    assert [e["type"] for e in await lab.events(s["id"])] == ["warned"]
+
+
+@pytest.mark.parametrize(
+    "policies",
+    [
+        [
+            policy(name="leave-alone", action="none", idle=1, warn=0),
+            policy(name="pauser", idle=1, warn=0),
+        ],
+    ],
+)
+async def test_first_matching_policy_wins(lab):
+    # Given two policies that both match, the first saying "none"
+    code, body = await lab.api("GET", "policies")
+    assert [p["name"] for p in body["policies"]] == ["leave-alone", "pauser"]
+    assert body["policies"][1]["max_keepalive"] == 14400
+    s = await lab.open_notebook()
+    await asyncio.sleep(3)
+    # Then the session is left alone
+    cur = await lab.session(s["id"])
+    assert cur["policy"] is None and cur["pause_at"] is None
+    assert lab.kernel_alive(s["kernel_id"]) and await lab.events(s["id"]) == []
+
+
+@pytest.mark.parametrize("policies", [[policy(idle=2, warn=1, count_connected=False)]])
+async def test_connected_browser_keeps_the_kernel_when_count_connected_is_false(lab, jp_ws_fetch):
+    s = await lab.open_notebook()
+    ws = await jp_ws_fetch("api", "kernels", s["kernel_id"], "channels")
+    await asyncio.sleep(3.5)
+    assert lab.kernel_alive(s["kernel_id"])
+    assert (await lab.session(s["id"]))["pause_at"] is None
+    # Once the browser disconnects, the policy applies
+    ws.close()
+    await lab.wait_state(s["id"], states=("paused",), timeout=20)
+
+
+async def test_monitor_survives_a_kernel_dying_under_it(lab):
+    # Given two notebooks, one of which is killed
+    doomed = await lab.open_notebook("doomed.ipynb")
+    s = await lab.open_notebook("kept.ipynb")
+    await lab.run(s["kernel_id"], STATE)
+    os.kill(
+        lab.app.kernel_manager.get_kernel(doomed["kernel_id"]).provisioner.process.pid,
+        signal.SIGKILL,
+    )
+    await lab.app.kernel_manager.shutdown_kernel(doomed["kernel_id"], now=True)
+    # Then the monitor goes on and pauses the other
+    await lab.wait_state(s["id"], states=("paused",))
+
+
+@pytest.mark.parametrize(
+    "policies",
+    [
+        [
+            {
+                "name": "gpu",
+                "match": {"uses_gpu": True},
+                "idle_timeout": 2,
+                "warn_before": 1,
+                "gpu_idle_below": 5,
+            }
+        ]
+    ],
+)
+async def test_gpu_busy_from_a_background_thread_is_not_idle(lab):
+    # Given a kernel whose cell finished but whose GPU runs at 90 % (fake probe)
+    s = await lab.open_notebook()
+    FakeProbe.readings[s["id"]] = GpuUsage(["GPU-0"], 15_000_000_000, 90.0)
+    await asyncio.sleep(3.5)
+    cur = await lab.session(s["id"])
+    # Then it counts as a GPU session that is not idle
+    assert cur["gpu"] == {"devices": ["GPU-0"], "memory_bytes": 15_000_000_000, "utilization": 90.0}
+    assert cur["policy"] == "gpu" and cur["pause_at"] is None and cur["state"] == "active"
+    # When the GPU goes quiet, the policy pauses it
+    FakeProbe.readings[s["id"]] = GpuUsage(["GPU-0"], 15_000_000_000, 0.0)
+    await lab.wait_state(s["id"], states=("paused",), timeout=20)
+
+
+@pytest.mark.parametrize("policies", [[]])
+async def test_gpu_hold_alarm(lab, jp_serverapp):
+    ext = jp_serverapp.extension_manager.extension_points["jupyter_gpu_pause"].app
+    ext.monitor.alarm_hours = 1.5 / 3600
+    s = await lab.open_notebook()
+    FakeProbe.readings[s["id"]] = GpuUsage(["GPU-0"], 1_000_000, 50.0)
+    await asyncio.sleep(4)
+    alarms = await lab.events(s["id"], "gpu_hold_alarm")
+    assert 1 <= len(alarms) <= 3
+    assert "held a GPU" in alarms[0]["detail"]["message"]
+
+
+async def test_polling_our_api_does_not_keep_the_server_awake(lab, jp_serverapp):
+    settings = jp_serverapp.web_app.settings
+    s = await lab.open_notebook()
+    before = settings["api_last_activity"]
+    await lab.api("GET", "sessions")
+    await lab.api("GET", f"sessions/{s['id']}")
+    assert settings["api_last_activity"] == before
+    await lab.api("POST", f"sessions/{s['id']}/keepalive", {"seconds": 5})
+    assert settings["api_last_activity"] > before
+
+
+BAD_POLICIES = [
+    ({"match": {}}, "policy #1 has no 'name'"),
+    ({"name": "p", "idle_timeot": 5}, "policy 'p': unknown key 'idle_timeot'"),
+    ({"name": "p", "action": "delete"}, "policy 'p': unknown action 'delete'"),
+    ({"name": "p", "idle_timeout": -5}, "policy 'p': 'idle_timeout' must not be negative"),
+    ({"name": "p", "warn_before": -1}, "policy 'p': 'warn_before' must not be negative"),
+    ({"name": "p", "idle_timeout": "1h"}, "policy 'p': 'idle_timeout' must be int or float"),
+    ({"name": "p", "match": {"gpu": True}}, "policy 'p': unknown match key 'gpu'"),
+    ({"name": "p", "match": {"uses_gpu": "yes"}}, "policy 'p': match 'uses_gpu' must be bool"),
+    ({"name": "p", "idle_timeout": 60, "warn_before": 120}, "'warn_before' (120 s) is longer"),
+    ("pause everything", "policy #1 must be a dict"),
+]
+
+
+@pytest.mark.parametrize(("raw", "message"), BAD_POLICIES)
+def test_bad_policy_is_refused_naming_policy_and_key(raw, message):
+    with pytest.raises(PolicyError) as e:
+        parse_policies([raw])
+    assert message in str(e.value)
+
+
+def test_server_stops_at_start_on_a_bad_policy(tmp_path):
+    # Given a server configured with a policy whose key is misspelt
+    cfg = tmp_path / "jupyter_server_config.py"
+    cfg.write_text(
+        "c.GpuPauseApp.policies = [{'name': 'nightly', 'idle_timout': 60}]\n"
+        "c.ServerApp.jpserver_extensions = {'jupyter_gpu_pause': True}\n"
+    )
+    env = {
+        **os.environ,
+        "JUPYTER_CONFIG_DIR": str(tmp_path),
+        "JUPYTER_DATA_DIR": str(tmp_path),
+        "JUPYTER_RUNTIME_DIR": str(tmp_path / "rt"),
+    }
+    # When it starts, it stops with a message naming the policy and the key
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "jupyter_server",
+            "--allow-root",
+            "--no-browser",
+            "--ServerApp.port=0",
+            f"--ServerApp.root_dir={tmp_path}",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode != 0
+    assert "policy 'nightly': unknown key 'idle_timout'" in r.stderr
