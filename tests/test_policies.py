@@ -56,14 +56,10 @@ async def test_idle_kernel_is_warned_then_paused(lab, store_dir):
     await lab.run(s["kernel_id"], STATE + "\nlines = (x for x in 'ab')")
 
     # Then it is first warned: idle, with pause_at and the policy, and an event naming the loss
-    async def warned():
-        cur = await lab.session(s["id"])
-        return cur if cur["pause_at"] else None
-
-    cur = await wait_for(warned)
+    (event,) = await wait_for(lambda: lab.events(s["id"], "warned"))
+    cur = await wait_for(lambda: _warned_session(lab, s))
     assert cur["state"] == "idle" and cur["policy"] == "short"
     assert "pauses at" in cur["message"] and "short" in cur["message"]
-    (event,) = await lab.events(s["id"], "warned")
     assert event["reason"] == "policy:short"
     assert [x["name"] for x in event["detail"]["skipped"]] == ["lines"]
     assert "lines" in event["detail"]["message"]
@@ -103,6 +99,11 @@ async def test_activity_clears_a_warning(lab):
     assert cur["pause_at"] is None and cur["state"] == "active"
     assert cur["idle_seconds"] < 1.5
     assert lab.kernel_alive(s["kernel_id"])
+
+
+async def _warned_session(lab, s):
+    cur = await lab.session(s["id"])
+    return cur if cur["pause_at"] else None
 
 
 async def _pause_at(lab, s):

@@ -212,10 +212,10 @@ class Monitor:
         if w.keepalive_until and w.keepalive_until > act_at:
             act_at = w.keepalive_until
         warn_at = act_at - timedelta(seconds=policy.warn_before)
-        s.pause_at = act_at if now >= warn_at and policy.action in ("pause", "cull") else None
         if now >= warn_at and w.warned_for != act_at:
             w.warned_for = act_at
-            await self._warn(s, policy, act_at)
+            await self._warn(s, policy, act_at)  # the event exists before pause_at shows
+        s.pause_at = act_at if now >= warn_at and policy.action in ("pause", "cull") else None
         if now < act_at or busy or w.acted_for == act_at:
             return
         if w.retry_after and now < w.retry_after:
