@@ -79,6 +79,9 @@ class FakeLifecycle:
     def session_for_kernel(self, kid):
         return None
 
+    async def record_event(self, s, type_, reason, **detail):
+        return None
+
 
 async def one_pass_ms(n: int, repeat: int) -> float:
     lc = FakeLifecycle(n)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import pickle
 import sys
+from concurrent.futures import ThreadPoolExecutor, as_completed
 
 from ..store import Store
 from .pickling import NamespaceUnpickler
@@ -64,15 +65,21 @@ def load_blobs(doc: dict, store: Store, progress=None) -> dict:
     alloc = _allocator(doc)
     total = int(doc["totals"]["bytes"])
     done = 0
-    data: dict = {}
-    for h, meta in doc["blobs"].items():
-        n = int(meta["bytes"])
-        buf = alloc(n)
-        store.read_blob_into(h, buf)
-        data[h] = buf
-        done += n
-        if progress:
-            progress("reading", done, total)
+    data = {h: alloc(int(meta["bytes"])) for h, meta in doc["blobs"].items()}
+    # Two readers: a read from the page cache and the hash of the previous buffer both release
+    # the GIL, so two threads keep both cores busy.
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        futures = {pool.submit(store.read_blob_into, h, buf): h for h, buf in data.items()}
+        try:
+            for f in as_completed(futures):
+                f.result()  # the first IntegrityError/StoreError stops the restore
+                done += data[futures[f]].nbytes
+                if progress:
+                    progress("reading", done, total)
+        except BaseException:
+            for f in futures:
+                f.cancel()
+            raise
     return data
 
 
