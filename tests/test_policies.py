@@ -232,9 +232,13 @@ async def test_gpu_busy_from_a_background_thread_is_not_idle(lab):
     # Then it counts as a GPU session that is not idle
     assert cur["gpu"] == {"devices": ["GPU-0"], "memory_bytes": 15_000_000_000, "utilization": 90.0}
     assert cur["policy"] == "gpu" and cur["pause_at"] is None and cur["state"] == "active"
-    # When the GPU goes quiet, the policy pauses it
+    # And its GPU time is accounted as held, not idle
+    assert cur["accounting"]["gpu_seconds_held"] >= 2.5
+    assert cur["accounting"]["gpu_seconds_idle"] == 0
+    # When the GPU goes quiet, the policy pauses it, and the quiet time counts as idle
     FakeProbe.readings[s["id"]] = GpuUsage(["GPU-0"], 15_000_000_000, 0.0)
-    await lab.wait_state(s["id"], states=("paused",), timeout=20)
+    paused = await lab.wait_state(s["id"], states=("paused",), timeout=20)
+    assert paused["accounting"]["gpu_seconds_idle"] >= 1.0
 
 
 @pytest.mark.parametrize("policies", [[]])

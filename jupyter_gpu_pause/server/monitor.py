@@ -22,6 +22,7 @@ from .probes import GpuProbe, process_tree
 
 USER_MESSAGES = ("execute_request", "comm_msg")
 DRY_RUN_TIMEOUT = 30.0
+ACCOUNTING_SAVE = 60.0  # seconds between two saves of a session's GPU-seconds
 
 
 class ActivityTracker:
@@ -90,6 +91,7 @@ class Watch:
     gpu_since: datetime | None = None
     last_alarm: datetime | None = None
     last_tick: datetime | None = None
+    last_saved: datetime | None = None
 
 
 class Monitor:
@@ -173,18 +175,18 @@ class Monitor:
             del self.watches[sid]
         usage = {}
         if self.probe.available:
-            pids = {
-                s.id: process_tree(p)
-                for s in running
-                if (p := self.bridge.pid(s.kernel_id)) is not None
-            }
+            roots = {s.id: p for s in running if (p := self.bridge.pid(s.kernel_id)) is not None}
             loop = asyncio.get_running_loop()
-            usage = await loop.run_in_executor(None, self.probe.sample, pids)
+            usage = await loop.run_in_executor(None, self._sample, roots)
         for s in running:
             try:
                 await self._evaluate(s, usage.get(s.id), now)
             except GpuPauseError as e:  # e.g. the kernel went away between two awaits
                 self.log.info("jupyter_gpu_pause: %s: %s", s.path, e.message)
+
+    def _sample(self, roots: dict[str, int]) -> dict:
+        """In a thread: psutil walks process trees and NVML answers, both blocking."""
+        return self.probe.sample({sid: process_tree(pid) for sid, pid in roots.items()})
 
     async def _evaluate(self, s, usage, now: datetime) -> None:
         w = self.watches.setdefault(s.id, Watch())
@@ -278,6 +280,9 @@ class Monitor:
         s.gpu_seconds_held += dt
         if not active:
             s.gpu_seconds_idle += dt
+        if w.last_saved is None or (now - w.last_saved).total_seconds() >= ACCOUNTING_SAVE:
+            w.last_saved = now  # the GPU-seconds outlive a server restart, within a minute
+            await self.lc.records.save(s)
         w.gpu_since = w.gpu_since or now
         if self.alarm_hours > 0:
             period = timedelta(hours=self.alarm_hours)

@@ -65,4 +65,8 @@ def session_json(s: Session, kernel, busy: bool | None = None) -> dict:
         "error": s.error,
         "message": _message(s, state, idle),
         "restore": s.restore,
+        "accounting": {
+            "gpu_seconds_held": round(s.gpu_seconds_held, 1),
+            "gpu_seconds_idle": round(s.gpu_seconds_idle, 1),
+        },
     }
