@@ -270,6 +270,19 @@ class Lifecycle:
             await self._pause_lost(s, reason, e)
             return
         except (GpuPauseError, StoreError, IntegrityError, OSError) as e:
+            if op.committed:  # the checkpoint is safe; only stopping the kernel failed
+                s.state, s.checkpoint = "failed", _checkpoint_brief(manifest)
+                s.error = {
+                    "message": f"the checkpoint is complete but the kernel could not be "
+                    f"stopped: {e}",
+                    "reason": "shutdown",
+                    "state_intact": True,
+                }
+                s.message = s.error["message"]
+                await self.record_event(
+                    s, "pause_failed", reason, message=s.message, error_reason="shutdown"
+                )
+                return
             await self._pause_refused(s, reason, e)
             return
         finally:
