@@ -316,3 +316,66 @@ def test_server_stops_at_start_on_a_bad_policy(tmp_path):
     )
     assert r.returncode != 0
     assert "policy 'nightly': unknown key 'idle_timout'" in r.stderr
+
+
+@pytest.mark.parametrize("policies", [[policy(idle=2, warn=1)]])
+async def test_ui_polling_is_not_activity(lab):
+    # Given a notebook whose frontend keeps asking for kernel_info and comm_info
+    s = await lab.open_notebook()
+    client = lab.client(s["kernel_id"])
+    await client.wait_for_ready(timeout=60)
+    try:
+        for _ in range(30):
+            client.kernel_info()
+            client.comm_info()
+            if (await lab.session(s["id"]))["state"] == "paused":
+                break
+            await asyncio.sleep(0.3)
+    finally:
+        client.stop_channels()
+    # Then the polling did not keep it awake: the policy paused it
+    assert (await lab.session(s["id"]))["state"] == "paused"
+
+
+@pytest.mark.parametrize("policies", [[policy(idle=1, warn=0)]])
+async def test_failed_auto_pause_backs_off(lab):
+    # Given an idle notebook whose registered variable cannot be saved
+    s = await lab.open_notebook()
+    await lab.run(
+        s["kernel_id"],
+        "import jupyter_gpu_pause as gp\nstream = (i for i in 'ab')\ngp.register('stream')",
+    )
+    await asyncio.sleep(6)
+    # Then the auto-pause failed, was reported, and was retried with backoff, not every pass
+    failures = await lab.events(s["id"], "pause_failed")
+    assert 1 <= len(failures) <= 4, [e["time"] for e in failures]  # ~15 without backoff
+    assert all(e["reason"] == "policy:short" for e in failures)
+    assert "'stream'" in failures[0]["detail"]["message"]
+    cur = await lab.session(s["id"])
+    assert cur["state"] in ("active", "idle") and lab.kernel_alive(s["kernel_id"])
+
+
+@pytest.fixture
+def jupyter_culling():
+    return False
+
+
+@pytest.fixture
+def jp_server_config(jp_server_config, jupyter_culling):
+    if jupyter_culling:  # jupyter_server's own culler on, at 2 s
+        jp_server_config["MappingKernelManager"] = {"cull_idle_timeout": 2, "cull_interval": 1}
+    return jp_server_config
+
+
+@pytest.mark.parametrize("jupyter_culling", [True])
+@pytest.mark.parametrize(
+    ("policies", "culled_by_jupyter"),
+    [
+        ([policy(action="warn", idle=60, warn=10)], False),
+        ([policy(action="none", idle=60, warn=10)], True),
+    ],
+)
+async def test_our_policy_outranks_jupyter_culling(lab, policies, culled_by_jupyter):
+    s = await lab.open_notebook()
+    await asyncio.sleep(6)
+    assert lab.kernel_alive(s["kernel_id"]) is not culled_by_jupyter

@@ -22,6 +22,7 @@ from .probes import GpuProbe, process_tree
 
 USER_MESSAGES = ("execute_request", "comm_msg")
 DRY_RUN_TIMEOUT = 30.0
+MAX_BACKOFF = 3600.0  # longest wait between two attempts of a failing auto-pause
 ACCOUNTING_SAVE = 60.0  # seconds between two saves of a session's GPU-seconds
 
 
@@ -170,7 +171,11 @@ class Monitor:
             for s in self.lc.sessions.values()
             if s.state in RUNNING and self.bridge.is_running(s.kernel_id)
         ]
-        self.tracker.sync({s.kernel_id for s in running})
+        # Track every live kernel, pausing ones included: dropping one mid-pause would forget
+        # its idle clock and restart it from the pause attempt.
+        self.tracker.sync(
+            {s.kernel_id for s in self.lc.sessions.values() if self.bridge.is_running(s.kernel_id)}
+        )
         for sid in set(self.watches) - {s.id for s in self.lc.sessions.values()}:
             del self.watches[sid]
         usage = {}
@@ -236,8 +241,9 @@ class Monitor:
             await asyncio.gather(op, return_exceptions=True)
         if s.state in RUNNING:
             w.failures += 1
-            delay = min(policy.idle_timeout, self.poll_interval * 2**w.failures, 3600.0)
-            w.retry_after = utcnow() + timedelta(seconds=max(delay, self.poll_interval))
+            base = max(policy.idle_timeout, self.poll_interval)
+            delay = min(base * 2 ** (w.failures - 1), MAX_BACKOFF)
+            w.retry_after = utcnow() + timedelta(seconds=delay)
             w.acted_for = None
         else:
             w.failures, w.retry_after = 0, None
