@@ -10,17 +10,8 @@ try:
 except ImportError:  # running from a source tree that was never built
     __version__ = "0.0.0+unknown"
 
-from .kernel import (
-    check,
-    last_restore,
-    on_pause,
-    on_restore,
-    pause,
-    register,
-    registered,
-    session,
-    unregister,
-)
+from . import kernel as _kernel
+from .kernel import *  # noqa: F403  (the kernel API is the package's API)
 
 
 def _jupyter_labextension_paths():
@@ -40,15 +31,4 @@ def load_ipython_extension(ipython):
     _load(ipython)
 
 
-__all__ = [
-    "__version__",
-    "check",
-    "last_restore",
-    "on_pause",
-    "on_restore",
-    "pause",
-    "register",
-    "registered",
-    "session",
-    "unregister",
-]
+__all__ = ["__version__", *_kernel.__all__]

@@ -124,7 +124,6 @@ class KernelBridge:
         code = f"__import__('jupyter_gpu_pause.kernel.agent', fromlist=['_']).{func}('{arg}')"
         client = AsyncKernelClient()
         client.load_connection_info(kernel.get_connection_info(session=False))
-        client.session.key = kernel.session.key
         self.agent_sessions.add(client.session.session)
         client.start_channels()
         result: dict = {}
@@ -176,7 +175,9 @@ class KernelBridge:
 
     # -- starting, stopping, attaching -----------------------------------------------------
     async def start(self, kernel_name: str, cwd: str, path: str, env: dict) -> str:
-        if kernel_name not in self.ksm.find_kernel_specs():
+        # find_kernel_specs walks the kernelspec folders on disk: keep it off the event loop
+        specs = await asyncio.get_running_loop().run_in_executor(None, self.ksm.find_kernel_specs)
+        if kernel_name not in specs:
             raise WrongState(
                 f"the kernelspec '{kernel_name}' is no longer installed", "no-kernelspec"
             )

@@ -140,11 +140,6 @@ class Store:
         if hasher.hexdigest() != h:
             raise IntegrityError(f"blob {h} does not match its checksum", "blob-hash")
 
-    def read_blob(self, h: str, size: int) -> bytearray:
-        buf = bytearray(size)
-        self.read_blob_into(h, buf)
-        return buf
-
     def verify_blob(self, h: str, size: int) -> None:
         """Re-read a blob and check its size and hash without keeping it.
 
