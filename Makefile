@@ -5,8 +5,15 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
+JLPM := PATH=$(CURDIR)/$(VENV)/bin:$$PATH jlpm
+UI_TESTS := labextension/ui-tests
+PY_SOURCES := jupyter_gpu_pause tests benchmarks $(UI_TESTS)/jupyter_server_test_config.py
+# The prebuilt labextension and what it is built from (unit tests excluded).
+LABEXT_BUILT := jupyter_gpu_pause/labextension/package.json
+LABEXT_SOURCES := $(shell find labextension/src labextension/style labextension/schema \
+	-type f -not -path '*/__tests__/*' 2>/dev/null)
 
-.PHONY: install lab test lint pytest jest bench clean
+.PHONY: install lab test lint pytest jest ui-test bench clean
 
 install: $(VENV)/.installed
 
@@ -23,20 +30,34 @@ lab: install
 		--GpuPauseApp.store_url=$(CURDIR)/demo/.store
 
 lint: install
-	$(VENV)/bin/ruff check jupyter_gpu_pause tests benchmarks
-	$(VENV)/bin/ruff format --check jupyter_gpu_pause tests benchmarks
-	cd labextension && PATH=$(CURDIR)/$(VENV)/bin:$$PATH jlpm lint:check
+	$(VENV)/bin/ruff check $(PY_SOURCES)
+	$(VENV)/bin/ruff format --check $(PY_SOURCES)
+	cd labextension && $(JLPM) lint:check
 
 pytest: install
 	$(PY) -m pytest -ra
 
 jest: install
-	cd labextension && PATH=$(CURDIR)/$(VENV)/bin:$$PATH jlpm test
+	cd labextension && $(JLPM) test
 
-test: lint jest pytest
+# pip builds the labextension only when it is missing; rebuild it when a source is newer, since
+# the UI tests serve this build. Order-only on install: a fresh install needs no second build.
+$(LABEXT_BUILT): $(LABEXT_SOURCES) labextension/package.json labextension/tsconfig.json | install
+	cd labextension && $(JLPM) install && $(JLPM) build:prod
+
+# Galata in the system Chromium (Playwright never downloads a browser); Playwright starts the
+# test server itself. Screenshots land in $(UI_TESTS)/test-results and artifacts, the HTML
+# report in playwright-report. One spec: make ui-test UI_TEST_ARGS=tests/smoke.spec.ts
+ui-test: install $(LABEXT_BUILT)
+	cd $(UI_TESTS) && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 $(JLPM) install
+	cd $(UI_TESTS) && JUPYTER=$(CURDIR)/$(VENV)/bin/jupyter $(JLPM) playwright test $(UI_TEST_ARGS)
+
+test: lint jest pytest ui-test
 
 bench: install
 	$(PY) benchmarks/bench_pause_resume.py
 
 clean:
-	rm -rf $(VENV) labextension/node_modules labextension/lib jupyter_gpu_pause/labextension
+	rm -rf $(VENV) labextension/node_modules labextension/lib jupyter_gpu_pause/labextension \
+		$(UI_TESTS)/node_modules $(UI_TESTS)/test-results $(UI_TESTS)/playwright-report \
+		$(UI_TESTS)/artifacts $(UI_TESTS)/.state

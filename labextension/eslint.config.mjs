@@ -13,7 +13,11 @@ export default defineConfig([
       'coverage',
       '**/*.js',
       '**/*.d.ts',
-      'src/**/__tests__'
+      'src/**/__tests__',
+      'ui-tests/test-results',
+      'ui-tests/playwright-report',
+      'ui-tests/artifacts',
+      'ui-tests/.state'
     ]
   },
   js.configs.recommended,
@@ -56,6 +60,18 @@ export default defineConfig([
       curly: ['error', 'all'],
       eqeqeq: 'error',
       'prefer-arrow-callback': 'error'
+    }
+  },
+  {
+    // The Galata UI tests: their own tsconfig, run by Playwright in Node.
+    files: ['ui-tests/**/*.ts'],
+    languageOptions: {
+      globals: {
+        ...globals.node
+      },
+      parserOptions: {
+        project: 'ui-tests/tsconfig.json'
+      }
     }
   },
   prettierRecommended

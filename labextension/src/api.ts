@@ -4,7 +4,17 @@
 import { ServerConnection } from '@jupyterlab/services';
 import type { TranslationBundle } from '@jupyterlab/translation';
 
-import { ICheckpoint, IResumeOptions, ISession, ISessionQuery } from './tokens';
+import { untranslated } from './format';
+import {
+  ICheckReport,
+  ICheckpoint,
+  IEvent,
+  IPolicy,
+  IReport,
+  IResumeOptions,
+  ISession,
+  ISessionQuery
+} from './tokens';
 
 /**
  * Path of the API under the server's base URL.
@@ -71,7 +81,7 @@ export class GpuPauseAPI {
   constructor(options: IGpuPauseAPIOptions = {}) {
     this.serverSettings =
       options.serverSettings ?? ServerConnection.makeSettings();
-    this._trans = options.trans ?? Private.untranslated;
+    this._trans = options.trans ?? untranslated;
   }
 
   /**
@@ -148,6 +158,66 @@ export class GpuPauseAPI {
   }
 
   /**
+   * Postpone a policy's action on an idle session by `seconds`.
+   */
+  keepalive(id: string, seconds: number): Promise<ISession> {
+    return this._request<ISession>('POST', this._sessionUrl(id, 'keepalive'), {
+      seconds: Math.round(seconds)
+    });
+  }
+
+  /**
+   * Dry-run a pause: which objects would be saved and which not.
+   */
+  check(id: string): Promise<ICheckReport> {
+    return this._request<ICheckReport>(
+      'POST',
+      this._sessionUrl(id, 'check'),
+      {}
+    );
+  }
+
+  /**
+   * Forget a session that is not running, and optionally its checkpoints.
+   */
+  async discard(id: string, deleteCheckpoints = true): Promise<void> {
+    const query = { delete_checkpoints: deleteCheckpoints ? 'true' : 'false' };
+    await this._request<null>(
+      'DELETE',
+      this.url(`sessions/${encodeURIComponent(id)}`, query)
+    );
+  }
+
+  /**
+   * Lifecycle events at or after `since` (ISO 8601), oldest first.
+   */
+  async events(since?: string): Promise<IEvent[]> {
+    const data = await this._request<{ events: IEvent[] }>(
+      'GET',
+      this.url('events', { since })
+    );
+    return data.events;
+  }
+
+  /**
+   * The idle policies in force.
+   */
+  async policies(): Promise<IPolicy[]> {
+    const data = await this._request<{ policies: IPolicy[] }>(
+      'GET',
+      this.url('policies')
+    );
+    return data.policies;
+  }
+
+  /**
+   * GPU-hours accounting since `since` (ISO 8601 or a duration like `7d`).
+   */
+  report(since?: string): Promise<IReport> {
+    return this._request<IReport>('GET', this.url('report', { since }));
+  }
+
+  /**
    * List a session's checkpoints, oldest first.
    */
   async checkpoints(id: string): Promise<ICheckpoint[]> {
@@ -156,22 +226,6 @@ export class GpuPauseAPI {
       this._sessionUrl(id, 'checkpoints')
     );
     return data.checkpoints;
-  }
-
-  /**
-   * Whether the server extension answers: `false` only when the API root is
-   * unknown to the server. Other errors propagate.
-   */
-  async isServerExtensionEnabled(): Promise<boolean> {
-    try {
-      await this.listSessions();
-      return true;
-    } catch (error) {
-      if (error instanceof GpuPauseError && error.serverExtensionMissing) {
-        return false;
-      }
-      throw error;
-    }
   }
 
   private _sessionUrl(id: string, action?: string): string {
@@ -246,16 +300,6 @@ export class GpuPauseAPI {
  * Module-private helpers.
  */
 namespace Private {
-  /**
-   * A stand-in translation bundle that only fills in `%1`-style arguments.
-   */
-  export const untranslated: Pick<TranslationBundle, '__'> = {
-    __: (msgid: string, ...args: any[]) =>
-      msgid.replace(/%(\d+)/g, (match, index) =>
-        String(args[Number(index) - 1] ?? match)
-      )
-  };
-
   /**
    * Parse a response body; `null` when it is empty or not JSON.
    */

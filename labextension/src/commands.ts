@@ -1,19 +1,28 @@
 /**
- * The pause and resume commands, acting on the current notebook's session.
+ * The session commands (pause, resume, cancel, keep running, discard, open
+ * panel, refresh). Each takes an optional session id or notebook path and
+ * otherwise acts on the current notebook, so the palette, the panel, the
+ * notebook toolbar, the status bar and the notifications share one code path.
  */
 import { Dialog, Notification, showDialog } from '@jupyterlab/apputils';
 import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
 import type { TranslationBundle } from '@jupyterlab/translation';
 import { CommandRegistry } from '@lumino/commands';
+import { ReadonlyPartialJSONObject } from '@lumino/coreutils';
 import { DisposableSet, IDisposable } from '@lumino/disposable';
+import { Widget } from '@lumino/widgets';
 
 import { GpuPauseAPI, GpuPauseError } from './api';
-import { SessionModel } from './model';
+import { bytesText, durationText } from './format';
+import { SessionsModel } from './model';
 import {
   CommandIDs,
+  ICheckReport,
   IGpuPauseSettings,
+  IPolicy,
   IResumeOptions,
   ISession,
+  ISessionCommandArgs,
   SessionState
 } from './tokens';
 
@@ -25,70 +34,140 @@ export interface ICommandsOptions {
   api: GpuPauseAPI;
   /** The application's command registry. */
   commands: CommandRegistry;
-  /** The model of the current notebook's session. */
-  model: SessionModel;
+  /** Every tracked session. */
+  model: SessionsModel;
   /** The settings in force; read at each run. */
   settings: () => Readonly<IGpuPauseSettings>;
-  /** The notebook tracker; commands act on its current widget. */
-  tracker: INotebookTracker;
+  /** The notebook tracker, when notebooks are available. */
+  tracker: INotebookTracker | null;
+  /** Show the sessions panel. */
+  openPanel: () => void;
   /** Translation of user-visible strings. */
   trans: TranslationBundle;
 }
 
 /**
- * States from which a pause may start.
+ * States from which an action may start. An action on a session whose state
+ * is not known yet is allowed: the server has the last word and explains.
  */
-const PAUSABLE: ReadonlyArray<SessionState> = ['active', 'idle'];
+const ALLOWED: Record<string, ReadonlyArray<SessionState>> = {
+  [CommandIDs.pause]: ['active', 'idle'],
+  [CommandIDs.resume]: ['paused', 'failed'],
+  [CommandIDs.cancel]: ['pausing', 'waiting'],
+  [CommandIDs.keepRunning]: ['active', 'idle'],
+  [CommandIDs.discard]: ['paused', 'failed']
+};
 
 /**
- * States from which a resume may start.
+ * The server path of a notebook: the one its Jupyter session uses.
  */
-const RESUMABLE: ReadonlyArray<SessionState> = ['paused', 'failed'];
+export function notebookPath(panel: NotebookPanel): string {
+  return panel.sessionContext.path || panel.context.localPath;
+}
 
 /**
- * Register the pause and resume commands; dispose the result to remove them.
+ * The obvious next action on a session, for one-click views (toolbar, status
+ * bar): pause a running kernel, resume a paused one, cancel a pause or a
+ * queued resume; `null` when nothing applies (restoring, failed without a
+ * checkpoint).
+ */
+export function primaryCommand(session: ISession): string | null {
+  switch (session.state) {
+    case 'active':
+    case 'idle':
+      return CommandIDs.pause;
+    case 'paused':
+      return CommandIDs.resume;
+    case 'failed':
+      return session.checkpoint ? CommandIDs.resume : null;
+    case 'pausing':
+    case 'waiting':
+      return CommandIDs.cancel;
+    default:
+      return null;
+  }
+}
+
+/**
+ * Register the commands; dispose the result to remove them.
  */
 export function addCommands(options: ICommandsOptions): IDisposable {
   const { api, commands, model, tracker, trans } = options;
+  let policies: Promise<IPolicy[]> | null = null;
 
-  /**
-   * Whether the current notebook's known state allows an action. An unknown
-   * state allows it: the server has the last word and explains a refusal.
-   */
-  const allows = (states: ReadonlyArray<SessionState>): boolean => {
-    const panel = tracker.currentWidget;
-    if (!panel) {
-      return false;
+  /** The session a command's arguments name, as last polled. */
+  const known = (args: ReadonlyPartialJSONObject): ISession | null => {
+    const a = args as ISessionCommandArgs;
+    if (a.sessionId) {
+      return model.byId(a.sessionId);
     }
-    const session = model.session;
-    if (!session || model.path !== Private.pathOf(panel)) {
-      return true;
-    }
-    return states.includes(session.state);
+    const path =
+      a.path ??
+      (tracker?.currentWidget ? notebookPath(tracker.currentWidget) : null);
+    return model.byPath(path);
   };
 
-  /**
-   * Run one action on the current notebook's session, reporting failures.
-   */
-  const run = async (
-    action: (panel: NotebookPanel, session: ISession) => Promise<void>
-  ): Promise<void> => {
-    const panel = tracker.currentWidget;
-    if (!panel) {
-      return;
+  /** Whether a command has a target, and its known state allows it. */
+  const allows = (id: string, args: ReadonlyPartialJSONObject): boolean => {
+    const a = args as ISessionCommandArgs;
+    if (!a.sessionId && !a.path && !tracker?.currentWidget) {
+      return false;
     }
-    const path = Private.pathOf(panel);
+    const session = known(args);
+    if (!session) {
+      return !a.sessionId;
+    }
+    if (id === CommandIDs.resume && session.state === 'failed') {
+      return session.checkpoint !== null;
+    }
+    if (id === CommandIDs.keepRunning) {
+      return session.pause_at !== null;
+    }
+    return ALLOWED[id].includes(session.state);
+  };
+
+  /** The session to act on, asking the server when the poll has not seen it. */
+  const target = async (
+    args: ReadonlyPartialJSONObject
+  ): Promise<ISession | null> => {
+    const a = args as ISessionCommandArgs;
+    const session = known(args);
+    if (session) {
+      return session;
+    }
+    if (a.sessionId) {
+      return api.getSession(a.sessionId);
+    }
+    const path =
+      a.path ??
+      (tracker?.currentWidget ? notebookPath(tracker.currentWidget) : null);
+    if (!path) {
+      return null;
+    }
+    const found = (await api.listSessions({ path })).find(s => s.path === path);
+    if (!found) {
+      Notification.warning(
+        trans.__('No GPU pause session is tracked for %1.', path),
+        { autoClose: 5000 }
+      );
+    }
+    return found ?? null;
+  };
+
+  /** Run an action on a command's session, reporting failures. */
+  const run = async (
+    args: ReadonlyPartialJSONObject,
+    action: (session: ISession) => Promise<ISession | void>
+  ): Promise<void> => {
     try {
-      const sessions = await api.listSessions({ path });
-      const session = sessions.find(s => s.path === path);
+      const session = await target(args);
       if (!session) {
-        Notification.warning(
-          trans.__('No GPU pause session is tracked for %1.', path),
-          { autoClose: 5000 }
-        );
         return;
       }
-      await action(panel, session);
+      const updated = await action(session);
+      if (updated) {
+        model.update(updated);
+      }
     } catch (error) {
       Notification.error(Private.messageOf(error, trans), { autoClose: false });
     } finally {
@@ -96,61 +175,72 @@ export function addCommands(options: ICommandsOptions): IDisposable {
     }
   };
 
+  const add = (
+    id: string,
+    label: string,
+    caption: string,
+    execute: (args: ReadonlyPartialJSONObject) => Promise<void>
+  ): IDisposable =>
+    commands.addCommand(id, {
+      label,
+      caption,
+      describedBy: { args: Private.SESSION_ARGS },
+      isEnabled: args => allows(id, args),
+      execute
+    });
+
   const disposables = new DisposableSet();
 
   disposables.add(
-    commands.addCommand(CommandIDs.pause, {
-      label: trans.__('Pause Kernel and Release GPU'),
-      caption: trans.__(
-        "Save the current notebook's kernel state to storage and shut the kernel down"
-      ),
-      describedBy: { args: Private.NO_ARGS },
-      isEnabled: () => allows(PAUSABLE),
-      execute: () =>
-        run(async (panel, session) => {
-          if (options.settings().confirmBeforePause) {
-            const result = await showDialog({
-              title: trans.__('Pause kernel?'),
-              body: trans.__(
-                'The kernel of %1 will be saved to storage and shut down, releasing its GPU. Resume it later to get its variables back.',
-                session.path
-              ),
-              buttons: [
-                Dialog.cancelButton({ label: trans.__('Cancel') }),
-                Dialog.okButton({ label: trans.__('Pause') })
-              ]
-            });
-            if (!result.button.accept) {
-              return;
-            }
+    add(
+      CommandIDs.pause,
+      trans.__('Pause Kernel and Release GPU'),
+      trans.__("Save the kernel's state to storage and shut the kernel down"),
+      args =>
+        run(args, async session => {
+          if (!(await confirmPause(session))) {
+            return;
           }
-          const updated = await api.pause(session.id);
-          Notification.info(
-            updated.message ??
-              trans.__('Pausing the kernel of %1…', updated.path),
-            { autoClose: 5000 }
-          );
+          return api.pause(session.id);
         })
-    })
+    )
   );
 
+  /**
+   * Ask before a pause: always when some variables cannot be saved (they
+   * are listed), else when the user's setting says so.
+   */
+  const confirmPause = async (session: ISession): Promise<boolean> => {
+    const check = await api.check(session.id).catch(() => null);
+    const skipped = check?.skipped ?? [];
+    if (!skipped.length && !options.settings().confirmBeforePause) {
+      return true;
+    }
+    const result = await showDialog({
+      title: skipped.length
+        ? trans.__('Some variables cannot be saved')
+        : trans.__('Pause kernel?'),
+      body: Private.pauseBody(session, check, trans),
+      buttons: [
+        Dialog.cancelButton({ label: trans.__('Cancel') }),
+        skipped.length
+          ? Dialog.warnButton({ label: trans.__('Pause anyway') })
+          : Dialog.okButton({ label: trans.__('Pause') })
+      ]
+    });
+    return result.button.accept;
+  };
+
   disposables.add(
-    commands.addCommand(CommandIDs.resume, {
-      label: trans.__('Resume Paused Kernel'),
-      caption: trans.__(
-        "Restore the current notebook's paused kernel with its state"
-      ),
-      describedBy: { args: Private.NO_ARGS },
-      isEnabled: () => allows(RESUMABLE),
-      execute: () =>
-        run(async (panel, session) => {
-          const options: IResumeOptions = {};
-          const kernel = panel.sessionContext.session?.kernel;
-          const kernelId =
-            kernel && kernel.connectionStatus === 'connected'
-              ? kernel.id
-              : null;
-          if (kernelId && kernelId !== session.kernel_id) {
+    add(
+      CommandIDs.resume,
+      trans.__('Resume Paused Kernel'),
+      trans.__('Start a kernel and restore the saved state into it'),
+      args =>
+        run(args, async session => {
+          const resume: IResumeOptions = {};
+          const kernel = Private.openKernel(tracker, session.path);
+          if (kernel && kernel !== session.kernel_id) {
             // The notebook got a new kernel while paused: never overwrite its
             // variables without asking.
             const result = await showDialog({
@@ -161,21 +251,96 @@ export function addCommands(options: ICommandsOptions): IDisposable {
               ),
               buttons: [
                 Dialog.cancelButton({ label: trans.__('Cancel') }),
-                Dialog.warnButton({ label: trans.__('Restore') })
+                Dialog.warnButton({ label: trans.__('Restore into it') })
               ]
             });
             if (!result.button.accept) {
               return;
             }
-            options.into_kernel = kernelId;
+            resume.into_kernel = kernel;
           }
-          const updated = await api.resume(session.id, options);
+          return api.resume(session.id, resume);
+        })
+    )
+  );
+
+  disposables.add(
+    add(
+      CommandIDs.cancel,
+      trans.__('Cancel Pause or Resume'),
+      trans.__(
+        'Stop a running pause (the kernel keeps running) or a queued resume'
+      ),
+      args => run(args, session => api.cancel(session.id))
+    )
+  );
+
+  disposables.add(
+    add(
+      CommandIDs.keepRunning,
+      trans.__('Keep Kernel Running'),
+      trans.__("Postpone the idle policy's pause of this kernel"),
+      args =>
+        run(args, async session => {
+          policies = policies ?? api.policies().catch(() => []);
+          const policy = (await policies).find(p => p.name === session.policy);
+          const seconds = Private.keepaliveSeconds(policy);
+          const updated = await api.keepalive(session.id, seconds);
           Notification.info(
-            updated.message ??
-              trans.__('Resuming the kernel of %1…', updated.path),
+            trans.__(
+              '%1 keeps running for %2 more.',
+              session.path,
+              durationText(seconds, trans)
+            ),
             { autoClose: 5000 }
           );
+          return updated;
         })
+    )
+  );
+
+  disposables.add(
+    add(
+      CommandIDs.discard,
+      trans.__('Discard Paused Session'),
+      trans.__('Forget the session and delete its checkpoints'),
+      args =>
+        run(args, async session => {
+          const result = await showDialog({
+            title: trans.__('Discard %1?', session.path),
+            body: trans.__(
+              'Its checkpoints (%1) are deleted from storage and its saved variables can no longer be restored. The notebook file itself is kept.',
+              session.checkpoint
+                ? bytesText(session.checkpoint.bytes)
+                : trans.__('none')
+            ),
+            buttons: [
+              Dialog.cancelButton({ label: trans.__('Keep') }),
+              Dialog.warnButton({ label: trans.__('Discard') })
+            ]
+          });
+          if (result.button.accept) {
+            await api.discard(session.id, true);
+          }
+        })
+    )
+  );
+
+  disposables.add(
+    commands.addCommand(CommandIDs.openPanel, {
+      label: trans.__('Show GPU Sessions'),
+      caption: trans.__('Open the panel that lists every GPU session'),
+      describedBy: { args: Private.NO_ARGS },
+      execute: () => options.openPanel()
+    })
+  );
+
+  disposables.add(
+    commands.addCommand(CommandIDs.refresh, {
+      label: trans.__('Refresh GPU Sessions'),
+      caption: trans.__('Ask the server for the sessions now'),
+      describedBy: { args: Private.NO_ARGS },
+      execute: () => model.refresh()
     })
   );
 
@@ -187,8 +352,7 @@ export function addCommands(options: ICommandsOptions): IDisposable {
  */
 namespace Private {
   /**
-   * Argument schema of commands that take none: they act on the current
-   * notebook.
+   * Argument schema of commands that take none.
    */
   export const NO_ARGS = {
     type: 'object' as const,
@@ -197,10 +361,76 @@ namespace Private {
   };
 
   /**
-   * The server path of a notebook: the one its Jupyter session uses.
+   * Argument schema of the session commands.
    */
-  export function pathOf(panel: NotebookPanel): string {
-    return panel.sessionContext.path || panel.context.localPath;
+  export const SESSION_ARGS = {
+    type: 'object' as const,
+    properties: {
+      sessionId: { type: 'string', description: 'Session id' },
+      path: { type: 'string', description: 'Notebook path' }
+    },
+    additionalProperties: false
+  };
+
+  /**
+   * How long "Keep running" postpones: one idle period, within the policy's
+   * keep-alive limit.
+   */
+  export function keepaliveSeconds(policy: IPolicy | undefined): number {
+    const wanted = policy?.idle_timeout ?? 3600;
+    const limit = policy?.max_keepalive ?? wanted;
+    return Math.max(1, Math.min(wanted, limit));
+  }
+
+  /**
+   * The connected kernel of the notebook open at `path`, if any.
+   */
+  export function openKernel(
+    tracker: INotebookTracker | null,
+    path: string
+  ): string | null {
+    const panel = tracker?.find(p => notebookPath(p) === path);
+    const kernel = panel?.sessionContext.session?.kernel;
+    return kernel && kernel.connectionStatus === 'connected' ? kernel.id : null;
+  }
+
+  /**
+   * The body of the pause dialog: what will happen and, when some
+   * variables cannot be saved, which ones and why.
+   */
+  export function pauseBody(
+    session: ISession,
+    check: ICheckReport | null,
+    trans: TranslationBundle
+  ): Widget {
+    const node = document.createElement('div');
+    node.className = 'jp-GpuPause-dialog';
+    const intro = document.createElement('p');
+    intro.textContent = trans.__(
+      'The kernel of %1 will be saved to storage and shut down, releasing its GPU. Resume it later to get its variables back.',
+      session.path
+    );
+    node.appendChild(intro);
+    const skipped = check?.skipped ?? [];
+    if (skipped.length) {
+      const warn = document.createElement('p');
+      warn.textContent = trans.__(
+        'These variables cannot be saved and will be lost:'
+      );
+      node.appendChild(warn);
+      const list = document.createElement('ul');
+      list.className = 'jp-GpuPause-skipped';
+      for (const item of skipped) {
+        const li = document.createElement('li');
+        const name = document.createElement('code');
+        name.textContent = item.name;
+        li.appendChild(name);
+        li.appendChild(document.createTextNode(` — ${item.reason}`));
+        list.appendChild(li);
+      }
+      node.appendChild(list);
+    }
+    return new Widget({ node });
   }
 
   /**

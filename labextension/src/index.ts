@@ -1,104 +1,85 @@
 /**
  * jupyter-gpu-pause: pause a notebook's kernel to storage, releasing its GPU,
- * and resume it with its state. This module only wires the plugin.
+ * and resume it with its state. This module only wires the plugins.
  */
 import {
+  ILayoutRestorer,
   JupyterFrontEnd,
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
 import { ICommandPalette, Notification } from '@jupyterlab/apputils';
-import { INotebookTracker } from '@jupyterlab/notebook';
+import { DocumentRegistry } from '@jupyterlab/docregistry';
+import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { IStatusBar } from '@jupyterlab/statusbar';
 import { ITranslator } from '@jupyterlab/translation';
+import { DisposableDelegate } from '@lumino/disposable';
 
 import { GpuPauseAPI } from './api';
-import { addCommands } from './commands';
-import { SessionModel } from './model';
+import { addCommands, notebookPath } from './commands';
+import { gpuPauseIcon } from './icons';
+import { EventNotifier } from './notify';
+import { GpuPauseService } from './service';
 import {
   CommandIDs,
-  DEFAULT_SETTINGS,
+  IGpuPause,
   IGpuPauseSettings,
+  PANEL_ID,
   PLUGIN_ID,
   TRANSLATION_DOMAIN
 } from './tokens';
+import { GpuHoursChart } from './widgets/chart';
+import { SessionsPanel } from './widgets/panel';
 import { GpuPauseStatus } from './widgets/statusbar';
+import { NotebookStateButton } from './widgets/toolbar';
 
 /**
- * The main plugin: pause/resume commands, the status bar item, and a warning
- * when the server extension is missing.
+ * The core: one sessions model for every view, the commands, the
+ * notifications, the settings, and a warning when the server extension is
+ * missing.
  */
-const plugin: JupyterFrontEndPlugin<void> = {
+const core: JupyterFrontEndPlugin<IGpuPause> = {
   id: PLUGIN_ID,
   description:
     'Pause and resume notebook kernels with their state, releasing idle GPUs.',
   autoStart: true,
+  provides: IGpuPause,
   requires: [ITranslator],
-  optional: [ICommandPalette, INotebookTracker, ISettingRegistry, IStatusBar],
+  optional: [INotebookTracker, ISettingRegistry],
   activate: (
     app: JupyterFrontEnd,
     translator: ITranslator,
-    palette: ICommandPalette | null,
     tracker: INotebookTracker | null,
-    settingRegistry: ISettingRegistry | null,
-    statusBar: IStatusBar | null
-  ): void => {
+    settingRegistry: ISettingRegistry | null
+  ): IGpuPause => {
     const trans = translator.load(TRANSLATION_DOMAIN);
     const api = new GpuPauseAPI({
       serverSettings: app.serviceManager.serverSettings,
       trans
     });
-    const settings: IGpuPauseSettings = { ...DEFAULT_SETTINGS };
-    const model = new SessionModel({
+    const service = new GpuPauseService(api);
+    const { model } = service;
+
+    addCommands({
       api,
-      refreshInterval: settings.refreshInterval
+      commands: app.commands,
+      model,
+      settings: () => service.settings,
+      tracker,
+      openPanel: () => app.shell.activateById(PANEL_ID),
+      trans
     });
-    const status = new GpuPauseStatus({ model, commands: app.commands, trans });
-
-    if (tracker) {
-      addCommands({
-        api,
-        commands: app.commands,
-        model,
-        settings: () => settings,
-        tracker,
-        trans
-      });
-      const follow = (): void => {
-        const panel = tracker.currentWidget;
-        model.path = panel
-          ? panel.sessionContext.path || panel.context.localPath
-          : null;
-      };
-      tracker.currentChanged.connect(follow);
-      model.changed.connect(() => {
-        app.commands.notifyCommandChanged(CommandIDs.pause);
-        app.commands.notifyCommandChanged(CommandIDs.resume);
-      });
-      follow();
-
-      if (palette) {
-        const category = trans.__('GPU Pause');
-        palette.addItem({ command: CommandIDs.pause, category });
-        palette.addItem({ command: CommandIDs.resume, category });
-      }
-      if (statusBar) {
-        statusBar.registerStatusItem('jupyter-gpu-pause:status', {
-          item: status,
-          align: 'left',
-          rank: 4,
-          isActive: () => status.isActive(),
-          activeStateChanged: status.activeStateChanged
-        });
-      }
-    }
+    new EventNotifier({
+      model,
+      commands: app.commands,
+      tracker,
+      sessions: app.serviceManager.sessions,
+      trans
+    });
 
     if (settingRegistry) {
       const apply = (loaded: ISettingRegistry.ISettings): void => {
-        const composite = loaded.composite as Partial<IGpuPauseSettings>;
-        Object.assign(settings, DEFAULT_SETTINGS, composite);
-        model.refreshInterval = settings.refreshInterval;
-        status.enabled = settings.showStatusBar;
+        service.applySettings(loaded.composite as Partial<IGpuPauseSettings>);
       };
       settingRegistry
         .load(PLUGIN_ID)
@@ -111,26 +92,134 @@ const plugin: JupyterFrontEndPlugin<void> = {
         });
     }
 
-    // Probe the server extension once: without it nothing here can work.
-    api
-      .isServerExtensionEnabled()
-      .then(enabled => {
-        if (enabled) {
-          model.start();
-          return;
-        }
+    // Without the server extension nothing here can work: say so once.
+    model.changed.connect(function warnOnce(): void {
+      if (model.availability === 'unknown') {
+        return;
+      }
+      model.changed.disconnect(warnOnce);
+      if (model.availability === 'missing') {
         Notification.warning(
           trans.__(
             'The jupyter_gpu_pause server extension is not enabled: pause/resume will not work. Enable it with "jupyter server extension enable jupyter_gpu_pause" and restart the server.'
           ),
           { autoClose: false }
         );
-      })
-      .catch(reason => {
-        console.warn('jupyter-gpu-pause: the server probe failed.', reason);
-        model.start();
-      });
+      }
+    });
+    void app.restored.then(() => model.start());
+    return service;
   }
 };
 
-export default plugin;
+/**
+ * The "GPU sessions" sidebar panel.
+ */
+const panel: JupyterFrontEndPlugin<void> = {
+  id: 'jupyter-gpu-pause:panel',
+  description: 'A sidebar panel listing every GPU session with its actions.',
+  autoStart: true,
+  requires: [IGpuPause, ITranslator],
+  optional: [ILayoutRestorer, ICommandPalette],
+  activate: (
+    app: JupyterFrontEnd,
+    gpuPause: IGpuPause,
+    translator: ITranslator,
+    restorer: ILayoutRestorer | null,
+    palette: ICommandPalette | null
+  ): void => {
+    const trans = translator.load(TRANSLATION_DOMAIN);
+    const widget = new SessionsPanel({
+      model: gpuPause.model,
+      chart: new GpuHoursChart(gpuPause.api, trans),
+      refresh: () => void app.commands.execute(CommandIDs.refresh),
+      actions: {
+        run: (command, sessionId) =>
+          void app.commands.execute(command, { sessionId }),
+        open: path => void app.commands.execute('docmanager:open', { path })
+      },
+      trans
+    });
+    widget.id = PANEL_ID;
+    widget.title.icon = gpuPauseIcon;
+    app.shell.add(widget, 'left', { rank: 250 });
+    restorer?.add(widget, PANEL_ID);
+    if (palette) {
+      const category = trans.__('GPU Pause');
+      for (const command of [
+        CommandIDs.openPanel,
+        CommandIDs.refresh,
+        CommandIDs.pause,
+        CommandIDs.resume,
+        CommandIDs.cancel,
+        CommandIDs.keepRunning,
+        CommandIDs.discard
+      ]) {
+        palette.addItem({ command, category });
+      }
+    }
+  }
+};
+
+/**
+ * The notebook's own view of its session: a toolbar button and a status bar
+ * item.
+ */
+const notebook: JupyterFrontEndPlugin<void> = {
+  id: 'jupyter-gpu-pause:notebook',
+  description:
+    "A notebook toolbar button and a status bar item for the notebook's GPU session.",
+  autoStart: true,
+  requires: [IGpuPause, ITranslator, INotebookTracker],
+  optional: [IStatusBar],
+  activate: (
+    app: JupyterFrontEnd,
+    gpuPause: IGpuPause,
+    translator: ITranslator,
+    tracker: INotebookTracker,
+    statusBar: IStatusBar | null
+  ): void => {
+    const trans = translator.load(TRANSLATION_DOMAIN);
+    const { model } = gpuPause;
+
+    const extension: DocumentRegistry.WidgetExtension = {
+      createNew: (nb: NotebookPanel) => {
+        const button = new NotebookStateButton({
+          panel: nb,
+          model,
+          commands: app.commands,
+          trans
+        });
+        if (!nb.toolbar.insertAfter('cellType', 'gpuPause', button)) {
+          nb.toolbar.addItem('gpuPause', button);
+        }
+        return new DisposableDelegate(() => button.dispose());
+      }
+    };
+    app.docRegistry.addWidgetExtension('Notebook', extension);
+
+    const status = new GpuPauseStatus({ model, commands: app.commands, trans });
+    const follow = (): void => {
+      const current = tracker.currentWidget;
+      status.path = current ? notebookPath(current) : null;
+      app.commands.notifyCommandChanged();
+    };
+    tracker.currentChanged.connect(follow);
+    model.changed.connect(follow);
+    follow();
+    const applySettings = (): void => {
+      status.enabled = gpuPause.settings.showStatusBar;
+    };
+    gpuPause.settingsChanged.connect(applySettings);
+    applySettings();
+    statusBar?.registerStatusItem('jupyter-gpu-pause:status', {
+      item: status,
+      align: 'left',
+      rank: 4,
+      isActive: () => status.isActive(),
+      activeStateChanged: status.activeStateChanged
+    });
+  }
+};
+
+export default [core, panel, notebook];

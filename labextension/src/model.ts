@@ -1,12 +1,14 @@
 /**
- * The state of the current notebook's session, kept fresh by polling.
+ * Every tracked session and the lifecycle events, kept fresh by one poll
+ * that the panel, the notebook toolbars, the status bar and the
+ * notifications all share. No DOM here.
  */
 import { IDisposable } from '@lumino/disposable';
 import { IPoll, Poll } from '@lumino/polling';
 import { ISignal, Signal } from '@lumino/signaling';
 
 import { GpuPauseAPI, GpuPauseError } from './api';
-import { ISession } from './tokens';
+import { IEvent, ISession, SessionState } from './tokens';
 
 /**
  * Longest wait between two polls after repeated failures, in milliseconds.
@@ -14,38 +16,86 @@ import { ISession } from './tokens';
 const MAX_BACKOFF_MS = 5 * 60 * 1000;
 
 /**
- * Construction options of {@link SessionModel}.
+ * Poll interval while an operation runs, so progress bars move.
  */
-export interface ISessionModelOptions {
+const BUSY_INTERVAL_MS = 1000;
+
+/**
+ * How far back the first events request looks; its events are not
+ * announced, they only set the cursor.
+ */
+const FIRST_EVENTS_WINDOW_MS = 24 * 3600 * 1000;
+
+/**
+ * States in which something is happening that the user watches.
+ */
+const TRANSITIONAL: ReadonlyArray<SessionState> = [
+  'pausing',
+  'waiting',
+  'restoring'
+];
+
+/**
+ * The parts of the API client the model uses.
+ */
+export type ISessionsAPI = Pick<GpuPauseAPI, 'listSessions' | 'events'>;
+
+/**
+ * Construction options of {@link SessionsModel}.
+ */
+export interface ISessionsModelOptions {
   /** The API client. */
-  api: GpuPauseAPI;
-  /** Seconds between two refreshes. */
+  api: ISessionsAPI;
+  /** Seconds between two refreshes when nothing is in progress. */
   refreshInterval: number;
 }
 
 /**
- * Tracks the jupyter_gpu_pause session of one notebook path.
- *
- * It polls the server while the page is visible, backs off on errors and
- * stops for good when the server extension is missing. It touches no DOM.
+ * Availability of the server extension: unknown until the first answer.
  */
-export class SessionModel implements IDisposable {
-  constructor(options: ISessionModelOptions) {
+export type Availability = 'unknown' | 'available' | 'missing';
+
+/**
+ * All jupyter_gpu_pause sessions of the server, and the events since the
+ * page loaded.
+ *
+ * It polls while the page is visible, every second while a pause or resume
+ * runs, backs off on errors, and stops for good when the server extension
+ * is missing. Signals fire only on real changes, so views do not flicker.
+ */
+export class SessionsModel implements IDisposable {
+  constructor(options: ISessionsModelOptions) {
     this._api = options.api;
+    this._interval = Private.toMs(options.refreshInterval);
     this._poll = new Poll({
       auto: false,
-      factory: () => this._fetch(),
-      frequency: Private.frequency(options.refreshInterval),
-      name: 'jupyter-gpu-pause:session',
+      factory: () => this.fetch(),
+      frequency: this._frequency(),
+      name: 'jupyter-gpu-pause:sessions',
       standby: 'when-hidden'
     });
   }
 
   /**
-   * Emitted when the path, the session or its availability changes.
+   * Emitted when the sessions, the availability or the last error change.
    */
   get changed(): ISignal<this, void> {
     return this._changed;
+  }
+
+  /**
+   * Emitted with the events that happened since the last poll.
+   */
+  get eventsReceived(): ISignal<this, IEvent[]> {
+    return this._eventsReceived;
+  }
+
+  /**
+   * Emitted every second while some session shows a countdown (`pause_at`),
+   * so views can tick without asking the server.
+   */
+  get clock(): ISignal<this, void> {
+    return this._clock;
   }
 
   /**
@@ -56,58 +106,110 @@ export class SessionModel implements IDisposable {
   }
 
   /**
-   * The tracked notebook path; `null` when no notebook is current.
+   * Every tracked session, in the server's order.
    */
-  get path(): string | null {
-    return this._path;
-  }
-  set path(path: string | null) {
-    if (path === this._path) {
-      return;
-    }
-    this._path = path;
-    this._setSession(null);
-    void this.refresh();
+  get sessions(): ReadonlyArray<ISession> {
+    return this._sessions;
   }
 
   /**
-   * The session of {@link path}, or `null` when none is tracked.
+   * Whether the server extension answers; `missing` stops polling.
    */
-  get session(): ISession | null {
-    return this._session;
+  get availability(): Availability {
+    return this._availability;
   }
 
   /**
-   * Whether the server extension answers. `false` stops polling.
+   * The last failure to refresh, as a sentence; `null` after a success.
    */
-  get available(): boolean {
-    return this._available;
+  get lastError(): string | null {
+    return this._lastError;
   }
 
   /**
-   * Seconds between two refreshes.
+   * Seconds between two refreshes when nothing is in progress.
    */
   set refreshInterval(seconds: number) {
-    this._poll.frequency = Private.frequency(seconds);
+    this._interval = Private.toMs(seconds);
+    this._poll.frequency = this._frequency();
+  }
+
+  /**
+   * The session of a notebook path, if one is tracked.
+   */
+  byPath(path: string | null | undefined): ISession | null {
+    if (!path) {
+      return null;
+    }
+    return this._sessions.find(s => s.path === path) ?? null;
+  }
+
+  /**
+   * The session with an id, if it is tracked.
+   */
+  byId(id: string | null | undefined): ISession | null {
+    if (!id) {
+      return null;
+    }
+    return this._sessions.find(s => s.id === id) ?? null;
   }
 
   /**
    * Start polling.
    */
   start(): void {
-    if (this._available && !this.isDisposed) {
+    if (this._availability !== 'missing' && !this.isDisposed) {
       this._started = true;
       void this._poll.start();
     }
   }
 
   /**
-   * Refresh now, e.g. after a command changed the session's state; does
-   * nothing before {@link start}.
+   * Refresh now, e.g. after a command changed a session.
    */
   async refresh(): Promise<void> {
-    if (this._started && this._available && !this.isDisposed) {
+    if (this._started && this._availability !== 'missing') {
       await this._poll.refresh();
+      await this._poll.tick;
+    }
+  }
+
+  /**
+   * Replace one session with a fresher copy (an action's answer) so views
+   * update before the next poll.
+   */
+  update(session: ISession): void {
+    const index = this._sessions.findIndex(s => s.id === session.id);
+    if (index < 0) {
+      return;
+    }
+    const next = this._sessions.slice();
+    next[index] = session;
+    this._setSessions(next);
+  }
+
+  /**
+   * Fetch the sessions and the new events once. The poll calls this; it
+   * rejects on failure so the poll backs off.
+   */
+  async fetch(): Promise<void> {
+    try {
+      const [sessions, events] = await Promise.all([
+        this._api.listSessions(),
+        this._api.events(this._eventsSince())
+      ]);
+      this._setAvailability('available', null);
+      this._setSessions(sessions);
+      this._takeEvents(events);
+    } catch (error) {
+      if (error instanceof GpuPauseError && error.serverExtensionMissing) {
+        this._setAvailability('missing', error.message);
+        void this._poll.stop();
+        return;
+      }
+      const message = error instanceof Error ? error.message : String(error);
+      this._setAvailability(this._availability, message);
+      throw error;
     }
   }
 
@@ -119,47 +221,100 @@ export class SessionModel implements IDisposable {
       return;
     }
     this._poll.dispose();
+    this._setTimer(false);
     Signal.clearData(this);
   }
 
-  private async _fetch(): Promise<void> {
-    const path = this._path;
-    if (!path) {
-      this._setSession(null);
-      return;
+  private _eventsSince(): string {
+    if (this._cursor === null) {
+      return new Date(Date.now() - FIRST_EVENTS_WINDOW_MS).toISOString();
     }
-    try {
-      const sessions = await this._api.listSessions({ path });
-      if (path === this._path) {
-        this._setSession(sessions.find(s => s.path === path) ?? null);
+    return this._cursor;
+  }
+
+  /**
+   * Announce events not seen before. The server answers events at or after
+   * the cursor, so the ones at the cursor's time come again; a key set of
+   * that instant filters them. The first answer only sets the cursor: old
+   * events are history, not news.
+   */
+  private _takeEvents(events: IEvent[]): void {
+    const fresh = events.filter(e => !this._seen.has(Private.key(e)));
+    const first = this._cursor === null;
+    if (events.length) {
+      const last = events[events.length - 1].time;
+      if (last !== this._cursor) {
+        this._seen.clear();
       }
-    } catch (error) {
-      if (error instanceof GpuPauseError && error.serverExtensionMissing) {
-        this._available = false;
-        this._setSession(null);
-        void this._poll.stop();
-        return;
+      this._cursor = last;
+      for (const e of events) {
+        if (e.time === last) {
+          this._seen.add(Private.key(e));
+        }
       }
-      // Let the poll back off; the last known session stays shown.
-      throw error;
+    } else if (first) {
+      this._cursor = new Date(Date.now() - 60 * 1000).toISOString();
+    }
+    if (!first && fresh.length) {
+      this._eventsReceived.emit(fresh);
     }
   }
 
-  private _setSession(session: ISession | null): void {
-    if (JSON.stringify(session) === JSON.stringify(this._session)) {
+  private _setSessions(sessions: ISession[]): void {
+    const text = JSON.stringify(sessions);
+    if (text === this._sessionsText) {
       return;
     }
-    this._session = session;
+    this._sessionsText = text;
+    this._sessions = sessions;
+    this._poll.frequency = this._frequency();
+    this._setTimer(sessions.some(s => s.pause_at !== null));
     this._changed.emit();
   }
 
-  private _api: GpuPauseAPI;
-  private _available = true;
+  private _setTimer(on: boolean): void {
+    if (on && this._timer === null) {
+      this._timer = setInterval(() => this._clock.emit(), 1000);
+    } else if (!on && this._timer !== null) {
+      clearInterval(this._timer);
+      this._timer = null;
+    }
+  }
+
+  private _setAvailability(
+    availability: Availability,
+    error: string | null
+  ): void {
+    if (availability === this._availability && error === this._lastError) {
+      return;
+    }
+    this._availability = availability;
+    this._lastError = error;
+    this._changed.emit();
+  }
+
+  private _frequency(): IPoll.Frequency {
+    const busy = this._sessions.some(s => TRANSITIONAL.includes(s.state));
+    const interval = busy
+      ? Math.min(BUSY_INTERVAL_MS, this._interval)
+      : this._interval;
+    return { interval, backoff: true, max: Math.max(interval, MAX_BACKOFF_MS) };
+  }
+
+  private _api: ISessionsAPI;
+  private _availability: Availability = 'unknown';
   private _changed = new Signal<this, void>(this);
-  private _path: string | null = null;
+  private _clock = new Signal<this, void>(this);
+  private _cursor: string | null = null;
+  private _eventsReceived = new Signal<this, IEvent[]>(this);
+  private _interval: number;
+  private _lastError: string | null = null;
   private _poll: Poll;
-  private _session: ISession | null = null;
+  private _seen = new Set<string>();
+  private _sessions: ISession[] = [];
+  private _sessionsText = '[]';
   private _started = false;
+  private _timer: ReturnType<typeof setInterval> | null = null;
 }
 
 /**
@@ -167,10 +322,16 @@ export class SessionModel implements IDisposable {
  */
 namespace Private {
   /**
-   * Poll frequency for a refresh interval in seconds (at least one second).
+   * A refresh interval in seconds as milliseconds (at least one second).
    */
-  export function frequency(seconds: number): IPoll.Frequency {
-    const interval = Math.max(1, seconds) * 1000;
-    return { interval, backoff: true, max: Math.max(interval, MAX_BACKOFF_MS) };
+  export function toMs(seconds: number): number {
+    return Math.max(1, Number(seconds) || 1) * 1000;
+  }
+
+  /**
+   * What makes an event unique among those of one instant.
+   */
+  export function key(e: IEvent): string {
+    return `${e.time}|${e.session_id}|${e.type}|${e.reason}`;
   }
 }

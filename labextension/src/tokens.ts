@@ -5,6 +5,12 @@
  * to a session are `null`, times are ISO 8601 UTC strings.
  */
 
+import { Token } from '@lumino/coreutils';
+import type { ISignal } from '@lumino/signaling';
+
+import type { GpuPauseAPI } from './api';
+import type { SessionsModel } from './model';
+
 /**
  * Identifiers of the commands this extension registers.
  */
@@ -15,12 +21,58 @@ export namespace CommandIDs {
   export const resume = 'jupyter-gpu-pause:resume';
   /** Open the panel that lists every tracked session. */
   export const openPanel = 'jupyter-gpu-pause:open-panel';
+  /** Cancel a running pause or a queued resume. */
+  export const cancel = 'jupyter-gpu-pause:cancel';
+  /** Postpone a policy's pause of an idle session (keep-alive). */
+  export const keepRunning = 'jupyter-gpu-pause:keep-running';
+  /** Forget a paused or failed session and delete its checkpoints. */
+  export const discard = 'jupyter-gpu-pause:discard';
+  /** Refresh the session list now. */
+  export const refresh = 'jupyter-gpu-pause:refresh';
+}
+
+/**
+ * Arguments of the session commands. Without any, a command acts on the
+ * current notebook's session.
+ */
+export interface ISessionCommandArgs {
+  /** Session id, as the panel knows it. */
+  sessionId?: string;
+  /** Notebook path, as a notebook toolbar knows it. */
+  path?: string;
 }
 
 /**
  * Id of the main plugin; also the id of its settings schema.
  */
 export const PLUGIN_ID = 'jupyter-gpu-pause:plugin';
+
+/**
+ * Id of the sessions panel in the shell.
+ */
+export const PANEL_ID = 'jupyter-gpu-pause-panel';
+
+/**
+ * What the core plugin shares with the panel and notebook plugins.
+ */
+export interface IGpuPause {
+  /** The REST client. */
+  readonly api: GpuPauseAPI;
+  /** Every tracked session, polled once for all views. */
+  readonly model: SessionsModel;
+  /** The user's settings in force. */
+  readonly settings: Readonly<IGpuPauseSettings>;
+  /** Emitted when the settings change. */
+  readonly settingsChanged: ISignal<IGpuPause, void>;
+}
+
+/**
+ * The token of the core plugin's service.
+ */
+export const IGpuPause = new Token<IGpuPause>(
+  'jupyter-gpu-pause:IGpuPause',
+  'The sessions model and REST client of jupyter-gpu-pause.'
+);
 
 /**
  * Translation domain of every user-visible string.
@@ -62,6 +114,8 @@ export interface IApiError {
 export interface IGpuInfo {
   /** Device UUIDs the kernel uses. */
   devices: string[];
+  /** The same devices' indices, as `nvidia-smi` numbers them. */
+  indices?: number[];
   /** GPU memory held by the kernel, in bytes. */
   memory_bytes: number | null;
   /** Current GPU utilisation, in percent. */
@@ -82,6 +136,18 @@ export interface ICheckpointSummary {
   objects: number;
   /** Number of objects that could not be saved. */
   skipped: number;
+  /** The objects that could not be saved, with why (when the server says). */
+  skipped_objects?: ISkippedObject[];
+}
+
+/**
+ * An object that could not be saved, and why.
+ */
+export interface ISkippedObject {
+  /** Variable name in the kernel's namespace. */
+  name: string;
+  /** Why it could not be saved. */
+  reason: string;
 }
 
 /**
@@ -117,6 +183,40 @@ export interface IProgress {
 }
 
 /**
+ * Why a session's last operation failed.
+ */
+export interface ISessionError {
+  /** A sentence a user understands: what happened and what to do. */
+  message: string;
+  /** A stable machine-readable code. */
+  reason?: string | null;
+  /** Whether the user's state is safe (kernel running, or a checkpoint kept). */
+  state_intact?: boolean;
+}
+
+/**
+ * The last restore of a session: what came back and what did not.
+ */
+export interface IRestoreReport {
+  /** Checkpoint restored from. */
+  checkpoint_id?: string;
+  /** Names restored. */
+  restored?: string[];
+  /** Names that could not be restored, with why. */
+  failed?: ISkippedObject[];
+}
+
+/**
+ * GPU time a session has held, for the accounting.
+ */
+export interface IAccounting {
+  /** Seconds the session's kernel held a GPU. */
+  gpu_seconds_held: number;
+  /** Of which, seconds it held one while idle. */
+  gpu_seconds_idle: number;
+}
+
+/**
  * A tracked notebook or console and its kernel.
  */
 export interface ISession {
@@ -149,9 +249,101 @@ export interface ISession {
   /** Position in the capacity queue while `waiting`. */
   queue_position: number | null;
   /** Why the last operation failed. */
-  error: IApiError | string | null;
+  error: ISessionError | string | null;
   /** A one-line summary for the user. */
   message: string | null;
+  /** The last restore report, when the session was resumed. */
+  restore?: IRestoreReport | null;
+  /** GPU time held, when the server accounts for it. */
+  accounting?: IAccounting | null;
+}
+
+/**
+ * Types of lifecycle events.
+ */
+export type EventType =
+  | 'warned'
+  | 'keepalive'
+  | 'paused'
+  | 'pause_failed'
+  | 'resumed'
+  | 'resume_failed'
+  | 'waiting'
+  | 'cancelled'
+  | 'culled'
+  | 'gpu_hold_alarm'
+  | 'checkpoint_deleted';
+
+/**
+ * A lifecycle event, as listed by `GET events`.
+ */
+export interface IEvent {
+  /** When it happened (ISO 8601 UTC). */
+  time: string;
+  /** The session it concerns. */
+  session_id: string;
+  /** What happened. */
+  type: EventType | string;
+  /** Who caused it: `user`, `policy:<name>`, `preemption`, `shutdown`. */
+  reason: string;
+  /** Event-specific details; `message` is a sentence for the user. */
+  detail: {
+    message?: string;
+    pause_at?: string;
+    action?: string;
+    skipped?: ISkippedObject[] | null;
+    [key: string]: unknown;
+  };
+}
+
+/**
+ * An admin's idle policy, as in force on the server.
+ */
+export interface IPolicy {
+  /** Policy name. */
+  name: string;
+  /** Seconds idle before the action. */
+  idle_timeout: number;
+  /** Seconds of warning before the action. */
+  warn_before: number;
+  /** `pause`, `cull`, `warn` or `none`. */
+  action: string;
+  /** Longest keep-alive a user may ask for, in seconds. */
+  max_keepalive: number;
+}
+
+/**
+ * The dry run of a pause: what would be saved and what not.
+ */
+export interface ICheckReport {
+  /** Objects that would be saved. */
+  objects: { name: string; bytes: number }[];
+  /** Objects that cannot be saved, with why. */
+  skipped: ISkippedObject[];
+}
+
+/**
+ * GPU hours in one bucket of the report.
+ */
+export interface IGpuHours {
+  /** Hours a GPU was held. */
+  gpu_hours_held: number;
+  /** Of which, hours held while idle. */
+  gpu_hours_idle: number;
+  /** Hours given back by pauses. */
+  gpu_hours_reclaimed: number;
+}
+
+/**
+ * GPU-hours accounting, as answered by `GET report`.
+ */
+export interface IReport {
+  /** Start of the period (ISO 8601 UTC). */
+  since: string;
+  /** All sessions together. */
+  total: IGpuHours;
+  /** One entry per day, oldest first. */
+  days: (IGpuHours & { day: string })[];
 }
 
 /**

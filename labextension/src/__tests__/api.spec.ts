@@ -107,8 +107,9 @@ describe('GpuPauseAPI', () => {
   it('tells a missing server extension from an unknown session', async () => {
     // Given a server without the extension: an HTML 404 for the API root
     answer(404, '<html>404 : Not Found</html>', 'Not Found');
-    // Then the probe reports it and the error is flagged
-    await expect(api.isServerExtensionEnabled()).resolves.toBe(false);
+    // Then the error is flagged as a missing extension
+    const probe = await api.listSessions().catch(e => e);
+    expect(probe.serverExtensionMissing).toBe(true);
 
     // Given the extension, answering JSON 404 for an unknown id
     answer(404, JSON.stringify({ message: 'No such session.', reason: 'x' }));
@@ -133,5 +134,31 @@ describe('GpuPauseAPI', () => {
       status: 0,
       reason: NETWORK_ERROR
     });
+  });
+
+  it('sends keep-alive seconds, the dry run, discards and event cursors', async () => {
+    answer(200, JSON.stringify(SESSION));
+    answer(
+      200,
+      JSON.stringify({
+        objects: [],
+        skipped: [{ name: 'f', reason: 'open file' }]
+      })
+    );
+    answer(204, '');
+    answer(200, JSON.stringify({ events: [] }));
+    // When keeping a session alive for 90.4 s, checking, discarding, polling events
+    await api.keepalive('a1b2', 90.4);
+    const check = await api.check('a1b2');
+    await api.discard('a1b2');
+    await api.events('2026-12-02T10:00:00Z');
+    const calls = makeRequest.mock.calls;
+    // Then seconds are whole, the dry run is a POST, discard deletes checkpoints
+    expect(JSON.parse(calls[0][1].body)).toEqual({ seconds: 90 });
+    expect(calls[1][0]).toMatch(/\/sessions\/a1b2\/check$/);
+    expect(check.skipped[0].name).toBe('f');
+    expect(calls[2][0]).toMatch(/\/sessions\/a1b2\?delete_checkpoints=true$/);
+    expect(calls[2][1].method).toBe('DELETE');
+    expect(calls[3][0]).toMatch(/\/events\?since=2026-12-02T10%3A00%3A00Z$/);
   });
 });

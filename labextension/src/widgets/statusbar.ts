@@ -1,20 +1,25 @@
 /**
- * The status bar item: the current notebook's pause state at a glance.
+ * The status bar item: the current notebook's session at a glance —
+ * "GPU 0 · 14.2 GiB · idle 12 min", "Paused · 6.1 GB", "Waiting for GPU · #2".
+ * A click pauses a running kernel and resumes a paused one.
  */
 import type { TranslationBundle } from '@jupyterlab/translation';
 import { CommandRegistry } from '@lumino/commands';
 import { ISignal, Signal } from '@lumino/signaling';
 import { Widget } from '@lumino/widgets';
 
-import { SessionModel } from '../model';
+import { primaryCommand } from '../commands';
+import { errorText, statusText } from '../format';
+import { SessionsModel } from '../model';
 import { CommandIDs, ISession } from '../tokens';
+import { setText } from './dom';
 
 /**
  * Construction options of {@link GpuPauseStatus}.
  */
 export interface IGpuPauseStatusOptions {
-  /** The model of the current notebook's session. */
-  model: SessionModel;
+  /** Every tracked session. */
+  model: SessionsModel;
   /** Commands run on click. */
   commands: CommandRegistry;
   /** Translation of the item's strings. */
@@ -22,8 +27,7 @@ export interface IGpuPauseStatusOptions {
 }
 
 /**
- * A status bar item that shows the current notebook's session state; a click
- * pauses an active or idle session and resumes a paused one.
+ * A status bar item for the current notebook's session.
  */
 export class GpuPauseStatus extends Widget {
   constructor(options: IGpuPauseStatusOptions) {
@@ -33,8 +37,9 @@ export class GpuPauseStatus extends Widget {
     this._model = options.model;
     this._commands = options.commands;
     this._trans = options.trans;
-    this._model.changed.connect(this._onModelChanged, this);
-    this.node.addEventListener('click', this);
+    this._model.changed.connect(this._update, this);
+    this._model.clock.connect(this._render, this);
+    this.node.addEventListener('click', () => this._click());
     this._render();
   }
 
@@ -43,6 +48,19 @@ export class GpuPauseStatus extends Widget {
    */
   get activeStateChanged(): ISignal<this, void> {
     return this._activeStateChanged;
+  }
+
+  /**
+   * The notebook path whose session is shown; `null` for none.
+   */
+  get path(): string | null {
+    return this._path;
+  }
+  set path(path: string | null) {
+    if (path !== this._path) {
+      this._path = path;
+      this._update();
+    }
   }
 
   /**
@@ -62,19 +80,7 @@ export class GpuPauseStatus extends Widget {
    * Whether the item is shown: enabled, and the notebook has a session.
    */
   isActive(): boolean {
-    return this._enabled && this._model.session !== null;
-  }
-
-  /**
-   * Handle DOM events of the item.
-   */
-  handleEvent(event: Event): void {
-    if (event.type === 'click') {
-      const command = this._clickCommand();
-      if (command && this._commands.isEnabled(command)) {
-        void this._commands.execute(command);
-      }
-    }
+    return this._enabled && this._session !== null;
   }
 
   /**
@@ -84,86 +90,54 @@ export class GpuPauseStatus extends Widget {
     if (this.isDisposed) {
       return;
     }
-    this.node.removeEventListener('click', this);
+    Signal.disconnectReceiver(this);
     Signal.clearData(this);
     super.dispose();
   }
 
-  private _onModelChanged(): void {
+  private get _session(): ISession | null {
+    return this._model.byPath(this._path);
+  }
+
+  private _click(): void {
+    const session = this._session;
+    const command = session ? primaryCommand(session) : null;
+    if (session && command) {
+      void this._commands.execute(command, { sessionId: session.id });
+    }
+  }
+
+  private _update(): void {
     this._render();
     this._activeStateChanged.emit();
   }
 
-  private _clickCommand(): string | null {
-    switch (this._model.session?.state) {
-      case 'active':
-      case 'idle':
-        return CommandIDs.pause;
-      case 'paused':
-      case 'failed':
-        return CommandIDs.resume;
-      default:
-        return null;
-    }
-  }
-
   private _render(): void {
-    const session = this._model.session;
-    this.node.textContent = session ? this._label(session).trim() : '';
+    const session = this._session;
+    setText(this.node, session ? statusText(session, this._trans) : '');
     this.node.dataset.state = session?.state ?? '';
+    if (!session) {
+      this.node.title = '';
+      return;
+    }
+    const command = primaryCommand(session);
     const hint =
-      this._clickCommand() === CommandIDs.pause
+      command === CommandIDs.pause
         ? this._trans.__('Click to pause the kernel and release its GPU.')
-        : this._clickCommand() === CommandIDs.resume
+        : command === CommandIDs.resume
           ? this._trans.__('Click to resume the kernel with its state.')
           : '';
-    this.node.title = [session?.message, hint].filter(Boolean).join('\n');
-  }
-
-  private _label(session: ISession): string {
-    const trans = this._trans;
-    switch (session.state) {
-      case 'active':
-        return trans.__('GPU: active');
-      case 'idle':
-        return trans.__('GPU: idle');
-      case 'pausing':
-        return trans.__('GPU: pausing %1', Private.percent(session));
-      case 'paused':
-        return trans.__('GPU: paused');
-      case 'waiting':
-        return session.queue_position !== null
-          ? trans.__('GPU: waiting (#%1)', session.queue_position)
-          : trans.__('GPU: waiting');
-      case 'restoring':
-        return trans.__('GPU: restoring %1', Private.percent(session));
-      case 'failed':
-        return trans.__('GPU: failed');
-      default:
-        return trans.__('GPU: %1', session.state);
-    }
+    const detail =
+      session.state === 'failed'
+        ? errorText(session.error, this._trans)
+        : session.message;
+    this.node.title = [detail, hint].filter(Boolean).join('\n');
   }
 
   private _activeStateChanged = new Signal<this, void>(this);
   private _commands: CommandRegistry;
   private _enabled = true;
-  private _model: SessionModel;
+  private _model: SessionsModel;
+  private _path: string | null = null;
   private _trans: TranslationBundle;
-}
-
-/**
- * Module-private helpers.
- */
-namespace Private {
-  /**
-   * A session's progress as a percentage, or '' when unknown.
-   */
-  export function percent(session: ISession): string {
-    const progress = session.progress;
-    if (!progress || !progress.total_bytes) {
-      return '';
-    }
-    const ratio = Math.min(1, progress.done_bytes / progress.total_bytes);
-    return `${Math.round(ratio * 100)}%`;
-  }
 }

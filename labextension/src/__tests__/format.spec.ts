@@ -1,0 +1,154 @@
+/**
+ * The short texts every view shows: sizes, durations, countdowns and the
+ * status bar line of each state.
+ */
+import {
+  bytesText,
+  countdownText,
+  durationText,
+  errorText,
+  gibibytes,
+  progressText,
+  statusText,
+  untranslated
+} from '../format';
+import { ISession } from '../tokens';
+
+const NOW = Date.parse('2026-12-02T10:00:00Z');
+
+function session(overrides: Partial<ISession>): ISession {
+  return {
+    id: 's1',
+    path: 'exp/train.ipynb',
+    type: 'notebook',
+    kernel_id: 'k1',
+    kernel_name: 'python3',
+    state: 'active',
+    idle_seconds: null,
+    last_activity: null,
+    pause_at: null,
+    policy: null,
+    gpu: null,
+    checkpoint: null,
+    progress: null,
+    queue_position: null,
+    error: null,
+    message: null,
+    ...overrides
+  };
+}
+
+describe('format', () => {
+  it('writes sizes in decimal units like the server, GPU memory in GiB', () => {
+    expect(bytesText(6_100_000_000)).toBe('6.1 GB');
+    expect(bytesText(512)).toBe('512 B');
+    expect(bytesText(123_456_789)).toBe('123 MB');
+    expect(bytesText(null)).toBe('');
+    expect(gibibytes(15_032_385_536)).toBe('14.0 GiB');
+    expect(gibibytes(300 * 1024 ** 2)).toBe('300 MiB');
+  });
+
+  it.each([
+    [45, '45 s'],
+    [720, '12 min'],
+    [3.5 * 3600, '3.5 h'],
+    [5 * 86400, '5 d']
+  ])('writes %p seconds as %p', (seconds, text) => {
+    expect(durationText(seconds, untranslated)).toBe(text);
+  });
+
+  it('writes countdowns as a clock and stops at zero', () => {
+    expect(countdownText(245)).toBe('4:05');
+    expect(countdownText(3723)).toBe('1:02:03');
+    expect(countdownText(-10)).toBe('0:00');
+  });
+
+  it.each([
+    [
+      'an idle kernel holding a GPU',
+      session({
+        state: 'idle',
+        idle_seconds: 720,
+        gpu: {
+          devices: ['GPU-1'],
+          memory_bytes: 14.2 * 1024 ** 3,
+          utilization: 0,
+          indices: [0]
+        }
+      }),
+      'GPU 0 · 14.2 GiB · idle 12 min'
+    ],
+    [
+      'an idle kernel a policy will pause',
+      session({
+        state: 'idle',
+        idle_seconds: 60,
+        pause_at: '2026-12-02T10:04:05Z'
+      }),
+      'No GPU · idle 60 s · pauses in 4:05'
+    ],
+    [
+      'a paused session',
+      session({
+        state: 'paused',
+        kernel_id: null,
+        checkpoint: {
+          id: 'c',
+          created: '',
+          bytes: 6_100_000_000,
+          objects: 4,
+          skipped: 0
+        }
+      }),
+      'Paused · 6.1 GB'
+    ],
+    [
+      'a queued resume',
+      session({ state: 'waiting', queue_position: 2 }),
+      'Waiting for GPU · #2'
+    ],
+    [
+      'a pause in progress',
+      session({
+        state: 'pausing',
+        progress: { phase: 'writing', done_bytes: 42, total_bytes: 100 }
+      }),
+      'Pausing 42%'
+    ]
+  ])('says %s in the status bar', (_, s, text) => {
+    expect(statusText(s, untranslated, NOW)).toBe(text);
+  });
+
+  it('shows progress in bytes', () => {
+    const s = session({
+      state: 'restoring',
+      progress: { phase: 'loading', done_bytes: 1.2e9, total_bytes: 6.1e9 }
+    });
+    expect(progressText(s, untranslated)).toBe('1.2 GB of 6.1 GB');
+  });
+
+  it('says what is safe after a failure', () => {
+    expect(
+      errorText(
+        { message: 'the store is full', state_intact: true },
+        untranslated
+      )
+    ).toBe('the store is full. Your state is intact.');
+    expect(
+      errorText(
+        { message: 'The kernel died.', state_intact: false },
+        untranslated
+      )
+    ).toBe('The kernel died. Unsaved state may be lost.');
+    // The server's sentence already says it: not twice.
+    expect(
+      errorText(
+        {
+          message: 'Pause failed. The kernel is still running.',
+          state_intact: true
+        },
+        untranslated
+      )
+    ).toBe('Pause failed. The kernel is still running.');
+  });
+});

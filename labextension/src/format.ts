@@ -1,0 +1,261 @@
+/**
+ * Short texts for sizes, durations and session states, shared by the panel,
+ * the notebook toolbar, the status bar and the notifications so that they
+ * all say the same thing the same way. Pure functions: no DOM, no server.
+ */
+import type { TranslationBundle } from '@jupyterlab/translation';
+
+import { ISession, ISessionError, SessionState } from './tokens';
+
+/**
+ * The part of a translation bundle these helpers use.
+ */
+export type Trans = Pick<TranslationBundle, '__'>;
+
+/**
+ * A byte count in decimal units, as the server's messages write it
+ * ("6.1 GB"); GPU memory is conventionally binary, see {@link gibibytes}.
+ */
+export function bytesText(bytes: number | null | undefined): string {
+  if (bytes === null || bytes === undefined || !isFinite(bytes)) {
+    return '';
+  }
+  const units = ['B', 'kB', 'MB', 'GB', 'TB'];
+  let value = Math.max(0, bytes);
+  let unit = 0;
+  while (value >= 1000 && unit < units.length - 1) {
+    value /= 1000;
+    unit += 1;
+  }
+  const digits = unit === 0 || value >= 100 ? 0 : 1;
+  return `${value.toFixed(digits)} ${units[unit]}`;
+}
+
+/**
+ * GPU memory in GiB, as `nvidia-smi` users read it ("14.2 GiB").
+ */
+export function gibibytes(bytes: number): string {
+  const gib = bytes / 1024 ** 3;
+  if (gib >= 1) {
+    return `${gib.toFixed(1)} GiB`;
+  }
+  return `${Math.max(0, Math.round(bytes / 1024 ** 2))} MiB`;
+}
+
+/**
+ * A duration in seconds, coarse and short: "45 s", "12 min", "3.5 h", "2 d".
+ */
+export function durationText(seconds: number, trans: Trans): string {
+  const s = Math.max(0, seconds);
+  if (s < 90) {
+    return trans.__('%1 s', Math.round(s));
+  }
+  if (s < 90 * 60) {
+    return trans.__('%1 min', Math.round(s / 60));
+  }
+  if (s < 48 * 3600) {
+    return trans.__('%1 h', (s / 3600).toFixed(1));
+  }
+  return trans.__('%1 d', Math.round(s / 86400));
+}
+
+/**
+ * A countdown in seconds as a clock: "4:05", "1:02:03"; "0:00" once due.
+ */
+export function countdownText(seconds: number): string {
+  const total = Math.max(0, Math.ceil(seconds));
+  const h = Math.floor(total / 3600);
+  const m = Math.floor((total % 3600) / 60);
+  const s = total % 60;
+  const pad = (n: number): string => String(n).padStart(2, '0');
+  return h > 0 ? `${h}:${pad(m)}:${pad(s)}` : `${m}:${pad(s)}`;
+}
+
+/**
+ * Seconds from `now` until an ISO time; negative when past, `null` when
+ * there is no time.
+ */
+export function secondsUntil(iso: string | null, now: number): number | null {
+  if (!iso) {
+    return null;
+  }
+  const when = Date.parse(iso);
+  return isNaN(when) ? null : (when - now) / 1000;
+}
+
+/**
+ * The badge text of a state: a word, so the state never rests on colour.
+ */
+export function stateLabel(state: SessionState | string, trans: Trans): string {
+  switch (state) {
+    case 'active':
+      return trans.__('active');
+    case 'idle':
+      return trans.__('idle');
+    case 'pausing':
+      return trans.__('pausing');
+    case 'paused':
+      return trans.__('paused');
+    case 'waiting':
+      return trans.__('waiting');
+    case 'restoring':
+      return trans.__('restoring');
+    case 'failed':
+      return trans.__('failed');
+    default:
+      return String(state);
+  }
+}
+
+/**
+ * Progress of a pause or restore as a ratio in [0, 1]; `null` when unknown.
+ */
+export function progressRatio(session: ISession): number | null {
+  const p = session.progress;
+  if (!p || !p.total_bytes) {
+    return null;
+  }
+  return Math.min(1, Math.max(0, p.done_bytes / p.total_bytes));
+}
+
+/**
+ * Progress in bytes: "1.2 GB of 6.1 GB", or what is known of it.
+ */
+export function progressText(session: ISession, trans: Trans): string {
+  const p = session.progress;
+  if (!p) {
+    return '';
+  }
+  if (p.total_bytes) {
+    return trans.__(
+      '%1 of %2',
+      bytesText(p.done_bytes),
+      bytesText(p.total_bytes)
+    );
+  }
+  return p.done_bytes ? bytesText(p.done_bytes) : '';
+}
+
+/**
+ * The GPU a session holds: "GPU 0 · 14.2 GiB" (index when the server gives
+ * one, else a short device UUID); '' when it holds none.
+ */
+export function gpuText(session: ISession, trans: Trans): string {
+  const gpu = session.gpu;
+  if (!gpu || !gpu.memory_bytes) {
+    return '';
+  }
+  const indices = gpu.indices;
+  let device: string;
+  if (indices && indices.length) {
+    device = trans.__('GPU %1', indices.join(', '));
+  } else if (gpu.devices.length) {
+    device = gpu.devices.map(d => d.slice(0, 12)).join(', ');
+  } else {
+    device = trans.__('GPU');
+  }
+  return `${device} · ${gibibytes(gpu.memory_bytes)}`;
+}
+
+/**
+ * The error of a session as a sentence, with what is safe when known.
+ */
+export function errorText(
+  error: ISessionError | string | null,
+  trans: Trans
+): string {
+  if (!error) {
+    return '';
+  }
+  if (typeof error === 'string') {
+    return error;
+  }
+  let text = error.message.replace(/\s+$/, '');
+  if (!/[.!?]$/.test(text)) {
+    text += '.';
+  }
+  if (error.state_intact === true && !/intact|still running/i.test(text)) {
+    text += ' ' + trans.__('Your state is intact.');
+  } else if (error.state_intact === false) {
+    text += ' ' + trans.__('Unsaved state may be lost.');
+  }
+  return text;
+}
+
+/**
+ * The one-line status of a session for the status bar:
+ * "GPU 0 · 14.2 GiB · idle 12 min", "Paused · 6.1 GB", "Waiting for GPU · #2".
+ */
+export function statusText(
+  session: ISession,
+  trans: Trans,
+  now: number = Date.now()
+): string {
+  const parts: string[] = [];
+  switch (session.state) {
+    case 'active':
+    case 'idle': {
+      parts.push(gpuText(session, trans) || trans.__('No GPU'));
+      if (session.state === 'idle' && session.idle_seconds !== null) {
+        parts.push(
+          trans.__('idle %1', durationText(session.idle_seconds, trans))
+        );
+      } else {
+        parts.push(stateLabel(session.state, trans));
+      }
+      const left = secondsUntil(session.pause_at, now);
+      if (left !== null) {
+        parts.push(trans.__('pauses in %1', countdownText(left)));
+      }
+      break;
+    }
+    case 'pausing':
+    case 'restoring': {
+      const ratio = progressRatio(session);
+      const verb =
+        session.state === 'pausing'
+          ? trans.__('Pausing')
+          : trans.__('Restoring');
+      parts.push(
+        ratio === null ? `${verb}…` : `${verb} ${Math.round(ratio * 100)}%`
+      );
+      break;
+    }
+    case 'paused':
+      parts.push(trans.__('Paused'));
+      if (session.checkpoint) {
+        parts.push(bytesText(session.checkpoint.bytes));
+      }
+      break;
+    case 'waiting':
+      parts.push(trans.__('Waiting for GPU'));
+      if (session.queue_position !== null) {
+        parts.push(`#${session.queue_position}`);
+      }
+      break;
+    case 'failed':
+      parts.push(trans.__('Pause/resume failed'));
+      break;
+    default:
+      parts.push(String(session.state));
+  }
+  return parts.join(' · ');
+}
+
+/**
+ * Age of an ISO time relative to `now`: "5 min ago".
+ */
+export function ageText(iso: string, trans: Trans, now: number): string {
+  const seconds = -(secondsUntil(iso, now) ?? 0);
+  return trans.__('%1 ago', durationText(seconds, trans));
+}
+
+/**
+ * A stand-in translation bundle that only fills in `%1`-style arguments.
+ */
+export const untranslated: Trans = {
+  __: (msgid: string, ...args: any[]) =>
+    msgid.replace(/%(\d+)/g, (match, index) =>
+      String(args[Number(index) - 1] ?? match)
+    )
+};

@@ -1,0 +1,52 @@
+/**
+ * The core plugin's service: the REST client, the one sessions model, and
+ * the user's settings with a change signal, shared by the other plugins.
+ */
+import { ISignal, Signal } from '@lumino/signaling';
+
+import { GpuPauseAPI } from './api';
+import { SessionsModel } from './model';
+import { DEFAULT_SETTINGS, IGpuPause, IGpuPauseSettings } from './tokens';
+
+/**
+ * The implementation of {@link IGpuPause}.
+ */
+export class GpuPauseService implements IGpuPause {
+  constructor(readonly api: GpuPauseAPI) {
+    this.model = new SessionsModel({
+      api,
+      refreshInterval: DEFAULT_SETTINGS.refreshInterval
+    });
+  }
+
+  /**
+   * Every tracked session.
+   */
+  readonly model: SessionsModel;
+
+  /**
+   * The settings in force (the schema's defaults until the registry loads).
+   */
+  get settings(): Readonly<IGpuPauseSettings> {
+    return this._settings;
+  }
+
+  /**
+   * Emitted when the settings change.
+   */
+  get settingsChanged(): ISignal<this, void> {
+    return this._settingsChanged;
+  }
+
+  /**
+   * Take the user's settings (missing keys fall back to the defaults).
+   */
+  applySettings(settings: Partial<IGpuPauseSettings>): void {
+    this._settings = { ...DEFAULT_SETTINGS, ...settings };
+    this.model.refreshInterval = this._settings.refreshInterval;
+    this._settingsChanged.emit();
+  }
+
+  private _settings: IGpuPauseSettings = { ...DEFAULT_SETTINGS };
+  private _settingsChanged = new Signal<this, void>(this);
+}

@@ -1,0 +1,266 @@
+/**
+ * One row of the sessions panel. A row keeps its DOM nodes and only writes
+ * what changed, so a poll every second over a hundred rows neither flickers
+ * nor steals the focus from a button.
+ */
+import type { TranslationBundle } from '@jupyterlab/translation';
+
+import {
+  ageText,
+  bytesText,
+  countdownText,
+  durationText,
+  errorText,
+  gpuText,
+  progressRatio,
+  progressText,
+  secondsUntil,
+  stateLabel
+} from '../format';
+import { CommandIDs, ISession } from '../tokens';
+import { el, setText } from './dom';
+
+/**
+ * What a row's buttons do.
+ */
+export interface IRowActions {
+  /** Run a session command on this row's session. */
+  run(command: string, sessionId: string): void;
+  /** Open the row's notebook. */
+  open(path: string): void;
+}
+
+/**
+ * The buttons a state offers, in order.
+ */
+function actionsFor(session: ISession): string[] {
+  switch (session.state) {
+    case 'active':
+      return [CommandIDs.pause];
+    case 'idle':
+      return session.pause_at
+        ? [CommandIDs.pause, CommandIDs.keepRunning]
+        : [CommandIDs.pause];
+    case 'pausing':
+    case 'waiting':
+      return [CommandIDs.cancel];
+    case 'paused':
+      return [CommandIDs.resume, CommandIDs.discard];
+    case 'failed':
+      return session.checkpoint
+        ? [CommandIDs.resume, CommandIDs.discard]
+        : [CommandIDs.discard];
+    default:
+      return [];
+  }
+}
+
+/**
+ * A session row: path, state badge, details, progress, message, actions.
+ */
+export class SessionRow {
+  constructor(
+    session: ISession,
+    private readonly _actions: IRowActions,
+    private readonly _trans: TranslationBundle
+  ) {
+    const node = document.createElement('li');
+    node.className = 'jp-GpuPause-row';
+    node.dataset.sessionId = session.id;
+    this.node = node;
+
+    const head = el('div', 'jp-GpuPause-rowHead', node);
+    this._path = el('button', 'jp-GpuPause-path', head);
+    this._path.addEventListener('click', () =>
+      this._actions.open(this._session.path)
+    );
+    this._badge = el('span', 'jp-GpuPause-badge', head);
+    this._dir = el('div', 'jp-GpuPause-dir', node);
+
+    this._details = el('div', 'jp-GpuPause-details', node);
+    this._progress = el('div', 'jp-GpuPause-progress', node);
+    this._bar = el('progress', 'jp-GpuPause-bar', this._progress);
+    this._bar.max = 1;
+    this._progressText = el('span', 'jp-GpuPause-progressText', this._progress);
+    this._message = el('div', 'jp-GpuPause-message', node);
+    this._buttons = el('div', 'jp-GpuPause-actions', node);
+
+    this._session = session;
+    this.update(session, Date.now());
+  }
+
+  /**
+   * The row's element.
+   */
+  readonly node: HTMLLIElement;
+
+  /**
+   * Show a session's latest state; `now` drives countdowns and ages.
+   */
+  update(session: ISession, now: number): void {
+    this._session = session;
+    const trans = this._trans;
+    // The file name reads at a glance; its folder goes below, in small type.
+    const slash = session.path.lastIndexOf('/');
+    setText(this._path, session.path.slice(slash + 1));
+    setText(this._dir, slash > 0 ? session.path.slice(0, slash) : '');
+    this._dir.hidden = slash <= 0;
+    this._path.title = trans.__('Open %1', session.path);
+    this.node.dataset.state = session.state;
+    this._badge.dataset.state = session.state;
+    setText(this._badge, stateLabel(session.state, trans));
+
+    setText(this._details, this._detailsText(session, now));
+
+    const ratio = progressRatio(session);
+    const busy = session.state === 'pausing' || session.state === 'restoring';
+    this._progress.hidden = !busy && session.state !== 'waiting';
+    if (session.state === 'waiting') {
+      this._bar.hidden = true;
+      setText(
+        this._progressText,
+        session.queue_position !== null
+          ? trans.__(
+              'Waiting for a GPU: #%1 in the queue',
+              session.queue_position
+            )
+          : trans.__('Waiting for a GPU')
+      );
+    } else if (busy) {
+      this._bar.hidden = false;
+      if (ratio === null) {
+        this._bar.removeAttribute('value');
+      } else {
+        this._bar.value = ratio;
+      }
+      const phase = session.progress?.phase ?? '';
+      setText(
+        this._progressText,
+        [phase, progressText(session, trans)].filter(Boolean).join(' · ')
+      );
+    }
+
+    const error = session.error ? errorText(session.error, trans) : '';
+    this._message.classList.toggle('jp-GpuPause-error', !!error);
+    setText(this._message, this._messageText(session, error));
+    this._message.hidden = !this._message.textContent;
+
+    this._renderButtons(session);
+  }
+
+  /**
+   * The row's sentence. A running session's server message restates what
+   * the details line shows, so the row says what matters instead: why the
+   * last pause failed, or what the last resume restored and what not.
+   */
+  private _messageText(session: ISession, error: string): string {
+    const trans = this._trans;
+    if (session.state === 'failed') {
+      return error;
+    }
+    if (session.state !== 'active' && session.state !== 'idle') {
+      return session.message ?? '';
+    }
+    if (error) {
+      return trans.__('The last pause failed: %1', error);
+    }
+    const restore = session.restore;
+    if (!restore?.restored) {
+      return '';
+    }
+    let text = trans.__(
+      'Restored %1 objects: %2.',
+      restore.restored.length,
+      restore.restored.join(', ')
+    );
+    if (restore.failed?.length) {
+      text +=
+        ' ' +
+        trans.__(
+          'Not restored: %1.',
+          restore.failed.map(f => `${f.name} (${f.reason})`).join('; ')
+        );
+    }
+    return text;
+  }
+
+  private _detailsText(session: ISession, now: number): string {
+    const trans = this._trans;
+    const parts: string[] = [];
+    const gpu = gpuText(session, trans);
+    if (gpu) {
+      parts.push(gpu);
+    }
+    if (session.state === 'idle' && session.idle_seconds !== null) {
+      parts.push(
+        trans.__('idle %1', durationText(session.idle_seconds, trans))
+      );
+    }
+    const left = secondsUntil(session.pause_at, now);
+    if (left !== null) {
+      parts.push(trans.__('pauses in %1', countdownText(left)));
+    }
+    const cp = session.checkpoint;
+    if (cp) {
+      parts.push(
+        trans.__(
+          'checkpoint %1, %2',
+          bytesText(cp.bytes),
+          ageText(cp.created, trans, now)
+        )
+      );
+    }
+    return parts.join(' · ');
+  }
+
+  private _renderButtons(session: ISession): void {
+    const wanted = actionsFor(session);
+    const key = wanted.join(' ');
+    if (key === this._buttonsKey) {
+      return;
+    }
+    this._buttonsKey = key;
+    this._buttons.textContent = '';
+    for (const command of wanted) {
+      const button = el('button', 'jp-GpuPause-action', this._buttons);
+      button.dataset.command = command;
+      button.textContent = this._label(command);
+      if (command === CommandIDs.discard) {
+        button.classList.add('jp-mod-warn');
+      }
+      button.addEventListener('click', () =>
+        this._actions.run(command, this._session.id)
+      );
+    }
+  }
+
+  private _label(command: string): string {
+    const trans = this._trans;
+    switch (command) {
+      case CommandIDs.pause:
+        return trans.__('Pause');
+      case CommandIDs.resume:
+        return trans.__('Resume');
+      case CommandIDs.cancel:
+        return trans.__('Cancel');
+      case CommandIDs.keepRunning:
+        return trans.__('Keep running');
+      case CommandIDs.discard:
+        return trans.__('Discard');
+      default:
+        return command;
+    }
+  }
+
+  private _badge: HTMLSpanElement;
+  private _bar: HTMLProgressElement;
+  private _buttons: HTMLDivElement;
+  private _buttonsKey = '';
+  private _details: HTMLDivElement;
+  private _dir: HTMLDivElement;
+  private _message: HTMLDivElement;
+  private _path: HTMLButtonElement;
+  private _progress: HTMLDivElement;
+  private _progressText: HTMLSpanElement;
+  private _session: ISession;
+}

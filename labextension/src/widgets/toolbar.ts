@@ -1,0 +1,143 @@
+/**
+ * The notebook toolbar item: the notebook's pause state as a button that
+ * does the obvious next thing — "Pause", "Pausing 42%", "Paused — Resume",
+ * "Waiting for GPU · #2". A paused notebook says so here instead of a bare
+ * "No Kernel".
+ */
+import { NotebookPanel } from '@jupyterlab/notebook';
+import type { TranslationBundle } from '@jupyterlab/translation';
+import { CommandRegistry } from '@lumino/commands';
+import { Widget } from '@lumino/widgets';
+
+import { notebookPath, primaryCommand } from '../commands';
+import {
+  countdownText,
+  errorText,
+  progressRatio,
+  secondsUntil
+} from '../format';
+import { SessionsModel } from '../model';
+import { CommandIDs, ISession } from '../tokens';
+import { setText } from './dom';
+
+/**
+ * Construction options of {@link NotebookStateButton}.
+ */
+export interface INotebookStateButtonOptions {
+  /** The notebook the button belongs to. */
+  panel: NotebookPanel;
+  /** Every tracked session. */
+  model: SessionsModel;
+  /** Runs the button's command. */
+  commands: CommandRegistry;
+  /** Translation of user-visible strings. */
+  trans: TranslationBundle;
+}
+
+/**
+ * A toolbar button showing one notebook's session state.
+ */
+export class NotebookStateButton extends Widget {
+  constructor(options: INotebookStateButtonOptions) {
+    super({ node: document.createElement('button') });
+    this._options = options;
+    this.addClass('jp-GpuPause-toolbarButton');
+    this.node.setAttribute('type', 'button');
+    this.node.addEventListener('click', () => this._click());
+    options.model.changed.connect(this._render, this);
+    options.model.clock.connect(this._render, this);
+    options.panel.sessionContext.sessionChanged.connect(this._render, this);
+    this._render();
+  }
+
+  /**
+   * Release the button.
+   */
+  dispose(): void {
+    if (this.isDisposed) {
+      return;
+    }
+    const { model, panel } = this._options;
+    model.changed.disconnect(this._render, this);
+    model.clock.disconnect(this._render, this);
+    panel.sessionContext.sessionChanged.disconnect(this._render, this);
+    super.dispose();
+  }
+
+  private get _session(): ISession | null {
+    const { model, panel } = this._options;
+    return model.byPath(notebookPath(panel));
+  }
+
+  private _click(): void {
+    const session = this._session;
+    const command = session ? primaryCommand(session) : null;
+    if (session && command) {
+      void this._options.commands.execute(command, { sessionId: session.id });
+    }
+  }
+
+  private _render(): void {
+    const session = this._session;
+    const node = this.node as HTMLButtonElement;
+    if (!session) {
+      this.hide();
+      return;
+    }
+    this.show();
+    node.dataset.state = session.state;
+    node.disabled = primaryCommand(session) === null;
+    setText(node, this._label(session));
+    const { trans } = this._options;
+    const hint: Record<string, string> = {
+      [CommandIDs.pause]: trans.__(
+        'Save the kernel state to storage and release the GPU'
+      ),
+      [CommandIDs.resume]: trans.__(
+        'Start a kernel and restore the saved variables'
+      ),
+      [CommandIDs.cancel]: trans.__('Cancel')
+    };
+    const command = primaryCommand(session);
+    const detail =
+      session.state === 'failed'
+        ? errorText(session.error, trans)
+        : session.message;
+    node.title = [detail, command ? hint[command] : '']
+      .filter(Boolean)
+      .join('\n');
+  }
+
+  private _label(session: ISession): string {
+    const { trans } = this._options;
+    const ratio = progressRatio(session);
+    const percent = ratio === null ? '' : ` ${Math.round(ratio * 100)}%`;
+    switch (session.state) {
+      case 'active':
+      case 'idle': {
+        const left = secondsUntil(session.pause_at, Date.now());
+        return left === null
+          ? trans.__('Pause GPU kernel')
+          : trans.__('Pause · pauses in %1', countdownText(left));
+      }
+      case 'pausing':
+        return trans.__('Pausing…%1', percent);
+      case 'paused':
+        return trans.__('Paused — Resume');
+      case 'waiting':
+        return session.queue_position !== null
+          ? trans.__('Waiting for GPU · #%1', session.queue_position)
+          : trans.__('Waiting for GPU');
+      case 'restoring':
+        return trans.__('Restoring…%1', percent);
+      case 'failed':
+        return session.checkpoint
+          ? trans.__('Failed — Resume')
+          : trans.__('Pause failed');
+      default:
+        return session.state;
+    }
+  }
+
+  private _options: INotebookStateButtonOptions;
+}
