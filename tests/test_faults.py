@@ -251,7 +251,8 @@ async def test_damaged_checkpoint_is_refused_before_unpickling(
     # Then the checkpoint is refused, saying which check failed, and nothing was unpickled
     assert failed["state"] == "failed", failed
     assert check in failed["error"]["message"] and cid in failed["error"]["message"]
-    assert failed["error"]["state_intact"] is True
+    assert failed["error"]["state_intact"] is False  # no checkpoint can bring the state back
+    assert failed["error"]["message"].count(cid) == 1  # said once, not repeated
     assert not marker.exists()
     assert lab.app.kernel_manager.list_kernel_ids() == []  # the kernel started for it is gone
     (event,) = await lab.events(s["id"], "resume_failed")

@@ -226,11 +226,16 @@ async def test_monitor_survives_a_kernel_dying_under_it(lab):
 async def test_gpu_busy_from_a_background_thread_is_not_idle(lab):
     # Given a kernel whose cell finished but whose GPU runs at 90 % (fake probe)
     s = await lab.open_notebook()
-    FakeProbe.readings[s["id"]] = GpuUsage(["GPU-0"], 15_000_000_000, 90.0)
+    FakeProbe.readings[s["id"]] = GpuUsage(["GPU-0"], 15_000_000_000, 90.0, [0])
     await asyncio.sleep(3.5)
     cur = await lab.session(s["id"])
     # Then it counts as a GPU session that is not idle
-    assert cur["gpu"] == {"devices": ["GPU-0"], "memory_bytes": 15_000_000_000, "utilization": 90.0}
+    assert cur["gpu"] == {
+        "devices": ["GPU-0"],
+        "indices": [0],
+        "memory_bytes": 15_000_000_000,
+        "utilization": 90.0,
+    }
     assert cur["policy"] == "gpu" and cur["pause_at"] is None and cur["state"] == "active"
     # And its GPU time is accounted as held, not idle
     assert cur["accounting"]["gpu_seconds_held"] >= 2.5

@@ -202,7 +202,7 @@ async def test_flipped_byte_in_an_s3_blob_is_refused(lab, s3, store_dir):
     # Then the checkpoint is refused, naming the check and the checkpoint; no kernel is left
     assert failed["state"] == "failed", failed
     assert "does not match its checksum" in failed["error"]["message"]
-    assert cid in failed["error"]["message"] and failed["error"]["state_intact"] is True
+    assert cid in failed["error"]["message"] and failed["error"]["state_intact"] is False
     assert lab.app.kernel_manager.list_kernel_ids() == []
 
     # And once the object is repaired, the same checkpoint restores the same bytes

@@ -15,15 +15,18 @@ from traitlets.config import LoggingConfigurable
 
 @dataclass
 class GpuUsage:
-    """What one session's processes hold: devices (UUIDs), bytes, and utilisation in %."""
+    """What one session's processes hold: devices (UUIDs, and NVML indices as ``nvidia-smi``
+    numbers them, so the UI can say "GPU 0"), bytes, and utilisation in %."""
 
     devices: list[str] = field(default_factory=list)
     memory_bytes: int = 0
     utilization: float = 0.0
+    indices: list[int] = field(default_factory=list)
 
     def to_json(self) -> dict:
         return {
             "devices": self.devices,
+            "indices": self.indices,
             "memory_bytes": self.memory_bytes,
             "utilization": self.utilization,
         }
@@ -92,7 +95,7 @@ class NvmlProbe(GpuProbe):
         n = self._nvml
         owner = {pid: key for key, pids in pids_by_key.items() for pid in pids}
         usage: dict[str, GpuUsage] = {}
-        for h in self._handles():
+        for index, h in enumerate(self._handles()):
             uuid = n.nvmlDeviceGetUUID(h)
             try:
                 procs = n.nvmlDeviceGetComputeRunningProcesses(h)
@@ -112,6 +115,7 @@ class NvmlProbe(GpuProbe):
                 u = usage.setdefault(key, GpuUsage())
                 if uuid not in u.devices:
                     u.devices.append(uuid)
+                    u.indices.append(index)
                 u.memory_bytes += int(p.usedGpuMemory or 0)
                 u.utilization = max(u.utilization, float(util_by_pid.get(p.pid, 0)))
         return usage

@@ -135,13 +135,17 @@ class ResumeMixin:
         except Exception as e:
             await self._resume_undo(s, started)
             text = getattr(e, "message", None) or str(e)
+            # Every checkpoint refused: the saved state cannot come back, so say so plainly.
+            lost = bool(refused) and getattr(e, "reason", None) == "integrity"
             if refused:
+                if any(r["message"] == text for r in refused):
+                    text = "no checkpoint of this session passed verification"
                 text += " — refused: " + "; ".join(r["message"] for r in refused)
             s.state = "failed"
             s.error = {
                 "message": text,
                 "reason": getattr(e, "reason", "error"),
-                "state_intact": True,
+                "state_intact": not lost,
                 "refused": refused,
             }
             s.message = f"Resume failed: {text}. The checkpoints are unchanged."
