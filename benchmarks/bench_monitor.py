@@ -69,6 +69,7 @@ class FakeLifecycle:
             s = Session(path=f"nb{i}.ipynb", kernel_name="python3", kernel_id=f"k{i}")
             self.sessions[s.id] = s
         self.user_busy = None
+        self.records = None  # nothing is written: the stand-in kernels hold no GPU
 
     async def refresh(self):
         return None

@@ -25,10 +25,13 @@ ENDPOINTS = [
     ("POST", "sessions/{sid}/resume", None, {}),
     ("POST", "sessions/{sid}/resume", None, {"device": "cpu"}),
     ("POST", "sessions/{sid}/cancel", None, {}),
+    ("POST", "sessions/{sid}/check", None, {}),
     ("GET", "sessions/{sid}/checkpoints", None, None),
     ("GET", "capacity", None, None),
     ("GET", "events", None, None),
     ("GET", "events", {"since": "2000-01-01T00:00:00Z", "session_id": "{sid}"}, None),
+    ("GET", "report", None, None),
+    ("GET", "report", {"since": "7d"}, None),
 ]
 ENDPOINT_IDS = [
     f"{m} {p} {q or ''}{'' if b is None else json.dumps(b)}" for m, p, q, b in ENDPOINTS
@@ -179,6 +182,8 @@ BAD_INPUT = [
     ("POST", "/pause", "[]", None, "bad-json", ["json object"]),
     ("POST", "/resume", '["gpu"]', None, "bad-json", ["json object"]),
     ("POST", "/cancel", "42", None, "bad-json", ["json object"]),
+    ("POST", "/check", "not json", None, "bad-json", ["not valid json"]),
+    ("POST", "/check", {"capture": "registered"}, None, "unknown-field", ["'capture'"]),
     ("POST", "/pause", {"force": True}, None, "unknown-field", ["'force'"]),
     ("POST", "/resume", {"dev": "gpu"}, None, "unknown-field", ["'dev'", "device"]),
     ("POST", "/cancel", {"now": 1}, None, "unknown-field", ["'now'"]),
@@ -227,6 +232,7 @@ UNKNOWN_ID = [
     ("POST", "/pause"),
     ("POST", "/resume"),
     ("POST", "/cancel"),
+    ("POST", "/check"),
     ("GET", "/checkpoints"),
 ]
 
@@ -275,7 +281,8 @@ async def test_wrong_state_is_409(lab, store_dir, method, path, words):
 
 
 # -- 5. kernels that are not Python -----------------------------------------------------------
-async def test_pause_refuses_a_non_python_kernel(lab, jp_data_dir, store_dir):
+@pytest.mark.parametrize("action", ["pause", "check"])
+async def test_pause_refuses_a_non_python_kernel(lab, jp_data_dir, store_dir, action):
     # Given a kernelspec whose language is R (it runs ipykernel, but says it is R)
     spec = jp_data_dir / "kernels" / "fake-r"
     spec.mkdir(parents=True, exist_ok=True)
@@ -285,8 +292,8 @@ async def test_pause_refuses_a_non_python_kernel(lab, jp_data_dir, store_dir):
     )
     s = await lab.open_notebook("analysis.ipynb", kernel_name="fake-r")
     assert s["kernel_name"] == "fake-r"
-    # When the user pauses it
-    code, err = await lab.api("POST", f"sessions/{s['id']}/pause")
+    # When the user pauses it, or asks what a pause would save
+    code, err = await lab.api("POST", f"sessions/{s['id']}/{action}")
     # Then it answers 409 saying pause does not support that language
     assert code == 409, err
     assert "pause is not supported for r kernels" in err["message"].lower()

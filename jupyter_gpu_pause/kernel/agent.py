@@ -159,10 +159,11 @@ def dry_run(mode: str = "namespace") -> CheckReport:
 
 
 def check(arg: str) -> None:
-    """The dry run, for the server: published as a result (used in idle warnings)."""
+    """The dry run, for the server: published as a result (idle warnings, the check endpoint)."""
     params = _decode(arg)
     try:
         report = dict(dry_run(params.get("capture", "namespace")))
+        report["registered"] = api.registered()
     except Exception as e:
         return _fail(f"check failed: {type(e).__name__}: {e}", "agent-error")
     _publish(MIME_RESULT, {"ok": True, "result": report})

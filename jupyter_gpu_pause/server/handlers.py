@@ -145,6 +145,15 @@ class ResumeHandler(BaseHandler):
         self.send(self.lifecycle.view(s), 202)
 
 
+class CheckHandler(BaseHandler):
+    """Dry run of a pause: what would be saved and what could not be, changing nothing."""
+
+    @api
+    async def post(self, session_id):
+        self.body({})
+        self.send(await self.lifecycle.check(session_id))
+
+
 class CancelHandler(BaseHandler):
     @api
     async def post(self, session_id):
@@ -200,6 +209,14 @@ class EventsHandler(BaseHandler):
         self.send({"events": events})
 
 
+class ReportHandler(BaseHandler):
+    """GPU-hours held, idle and reclaimed since ``?since=`` (ISO 8601 or 7d/24h; default 30d)."""
+
+    @api
+    async def get(self):
+        self.send(await self.monitor.report(self.get_query_argument("since", None)))
+
+
 def handlers() -> list[tuple[str, type]]:
     base = r"/gpu-pause/api"
     return [
@@ -208,9 +225,11 @@ def handlers() -> list[tuple[str, type]]:
         (rf"{base}/sessions/{SID}/pause", PauseHandler),
         (rf"{base}/sessions/{SID}/resume", ResumeHandler),
         (rf"{base}/sessions/{SID}/cancel", CancelHandler),
+        (rf"{base}/sessions/{SID}/check", CheckHandler),
         (rf"{base}/sessions/{SID}/keepalive", KeepaliveHandler),
         (rf"{base}/sessions/{SID}/checkpoints", CheckpointsHandler),
         (rf"{base}/policies", PoliciesHandler),
         (rf"{base}/capacity", CapacityHandler),
         (rf"{base}/events", EventsHandler),
+        (rf"{base}/report", ReportHandler),
     ]

@@ -37,6 +37,7 @@ class KernelBridge:
         self.log = log
         # Session ids of our own clients: their requests are not user activity.
         self.agent_sessions: set[str] = set()
+        self._agent_calls: dict[str, int] = {}  # kernel id -> our requests in flight
 
     # -- facts -----------------------------------------------------------------------------
     def is_running(self, kernel_id: str | None) -> bool:
@@ -54,6 +55,10 @@ class KernelBridge:
 
     def execution_state(self, kernel_id: str) -> str | None:
         return getattr(self.kernel(kernel_id), "execution_state", None)
+
+    def agent_running(self, kernel_id: str) -> bool:
+        """One of our own requests runs in the kernel (it shows busy, but not for a person)."""
+        return self._agent_calls.get(kernel_id, 0) > 0
 
     def language(self, kernel_name: str) -> str:
         try:
@@ -150,6 +155,7 @@ class KernelBridge:
             )
         )
         watch = asyncio.ensure_future(self._watch(kernel_id, pid))
+        self._agent_calls[kernel_id] = self._agent_calls.get(kernel_id, 0) + 1
         try:
             done, _ = await asyncio.wait({run, watch}, return_when=asyncio.FIRST_COMPLETED)
             if watch in done:
@@ -159,6 +165,9 @@ class KernelBridge:
             for t in (run, watch):
                 t.cancel()
             client.stop_channels()
+            left = self._agent_calls.pop(kernel_id, 1) - 1
+            if left > 0:
+                self._agent_calls[kernel_id] = left
         reply = result.get("reply")
         if reply is None:
             if "No module named" in result.get("error", ""):

@@ -17,15 +17,26 @@ from ..store.format import new_checkpoint_id
 from ..units import size_text
 from .capacity import CapacityProvider
 from .checkpoints import Checkpoints
-from .errors import GpuPauseError, KernelDied, NotFound, WrongState
+from .errors import AgentFailed, GpuPauseError, KernelDied, NotFound, WrongState
 from .kernels import KernelBridge
-from .model import RUNNING, Session
+from .model import RUNNING, Session, gpu_device_count
 from .operations import Op, checkpoint_brief
 from .records import Records
 from .resume import ResumeMixin
 from .views import session_json
 
 STOP_GRACE = 15.0  # seconds a stopping server waits for in-flight operations
+CHECK_TIMEOUT = 30.0  # seconds a dry run may take before the check gives up
+BUSY_GRACE = 1.0  # seconds a check waits for a cell that is just ending (its idle in flight)
+
+# Why a session that is not running cannot be checked, in words for the user.
+_NOT_CHECKABLE = {
+    "pausing": "a pause of it is already under way",
+    "paused": "its kernel is stopped, and its checkpoint lists what was saved",
+    "waiting": "it is waiting for a GPU to resume and has no kernel yet",
+    "restoring": "it is being resumed, so check again once its kernel runs",
+    "failed": "its last operation failed and there is no kernel to check",
+}
 
 
 class Lifecycle(ResumeMixin):
@@ -126,7 +137,7 @@ class Lifecycle(ResumeMixin):
             del self.sessions[s.id]
             await self.records.delete(s.id)
             return
-        s.state, s.kernel_id = "paused", None
+        s.state, s.kernel_id, s.gpu_devices_paused = "paused", None, 0  # no pause reclaimed it
         s.message = (
             f"The kernel ended outside jupyter_gpu_pause; checkpoint {s.checkpoint['id']} "
             "is the last saved state"
@@ -195,11 +206,7 @@ class Lifecycle(ResumeMixin):
             return s  # join the running pause / already paused
         if op or s.state not in RUNNING:
             raise WrongState(f"cannot pause: the session is {s.state}")
-        language = self.bridge.language(s.kernel_name)
-        if language != "python":
-            raise WrongState(f"pause is not supported for {language} kernels", "unsupported-kernel")
-        if not self.bridge.is_running(s.kernel_id):
-            raise WrongState("cannot pause: the session's kernel is not running", "no-kernel")
+        self._require_agent(s, "pause")
         busy = self.bridge.execution_state(s.kernel_id) == "busy"
         s.state, s.error = "pausing", None
         s.message = (
@@ -216,6 +223,86 @@ class Lifecycle(ResumeMixin):
         op = Op("pause")
         self._start(s, op, self._pause(s, op, reason))
         return s
+
+    def _require_agent(self, s: Session, verb: str) -> None:
+        """The session's kernel runs and speaks Python, so our agent can run in it."""
+        language = self.bridge.language(s.kernel_name)
+        if language != "python":
+            raise WrongState(f"pause is not supported for {language} kernels", "unsupported-kernel")
+        if not self.bridge.is_running(s.kernel_id):
+            raise WrongState(f"cannot {verb}: the session's kernel is not running", "no-kernel")
+
+    # -- check (dry run) -------------------------------------------------------------------------
+    async def check(self, session_id: str) -> dict:
+        """What a pause would save and skip, now, without writing or changing anything.
+
+        Refused while a person's cell runs: the dry run would wait behind it, and the dialog
+        that asks needs an answer at once.
+        """
+        s = self.get(session_id)
+        self._require_checkable(s)
+        kid = s.kernel_id
+        if await self._still_busy(kid, BUSY_GRACE):
+            raise WrongState(
+                "the kernel is running a cell; check again when it has finished "
+                "(a pause asked now waits for the cell)",
+                "kernel-busy",
+            )
+        self._require_checkable(s)  # a pause may have begun while the cell ended
+        try:
+            report = await asyncio.wait_for(
+                self.bridge.run_agent(kid, "check", {"capture": self.settings["capture"]}),
+                CHECK_TIMEOUT,
+            )
+        except asyncio.TimeoutError:
+            if self._user_cell_running(kid):
+                raise WrongState(
+                    "the kernel started running a cell during the check; check again when it "
+                    "has finished",
+                    "kernel-busy",
+                ) from None
+            raise GpuPauseError(
+                f"the kernel did not answer the check within {CHECK_TIMEOUT:g} s; nothing was "
+                "changed",
+                "check-timeout",
+            ) from None
+        except AgentFailed as e:
+            if e.reason == "agent-missing":
+                raise WrongState(e.message, e.reason) from None
+            raise
+        return {
+            "objects": report["objects"],
+            "skipped": report["skipped"],
+            "registered": report.get("registered", []),
+            "bytes": report["bytes"],
+            "error": report.get("error"),
+        }
+
+    def _require_checkable(self, s: Session) -> None:
+        if s.id in self._ops or s.state not in RUNNING:
+            why = _NOT_CHECKABLE.get(s.state, "it has no running kernel")
+            raise WrongState(
+                f"cannot check what a pause would save: the session is {s.state} — {why}"
+            )
+        self._require_agent(s, "check")
+
+    async def _still_busy(self, kernel_id: str, grace: float) -> bool:
+        """A person's cell runs, and still does after ``grace`` seconds."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + grace
+        while self._user_cell_running(kernel_id):
+            if loop.time() >= end:
+                return True
+            await asyncio.sleep(0.05)
+        return False
+
+    def _user_cell_running(self, kernel_id: str) -> bool:
+        if not self.bridge.is_running(kernel_id):
+            return False  # the caller's state checks say why
+        if self.user_busy and self.user_busy(kernel_id):
+            return True
+        busy = self.bridge.execution_state(kernel_id) == "busy"
+        return busy and not self.bridge.agent_running(kernel_id)
 
     def _on_progress(self, s: Session):
         def update(p: dict) -> None:
@@ -280,6 +367,7 @@ class Lifecycle(ResumeMixin):
             s.progress = None
             await self.records.save(s)
         s.state, s.kernel_id = "paused", None
+        s.gpu_devices_paused = gpu_device_count(s.gpu)  # reclaimed from now on, per device
         s.checkpoint = checkpoint_brief(manifest)
         skipped = manifest.doc["skipped"]
         s.message = (

@@ -30,8 +30,11 @@ class Session:
     restore: dict | None = None
     created: str = field(default_factory=lambda: iso(utcnow()))
     updated: str = field(default_factory=lambda: iso(utcnow()))
+    # GPU-seconds, per device: held (of which idle) while running, reclaimed while paused
     gpu_seconds_held: float = 0.0
     gpu_seconds_idle: float = 0.0
+    gpu_seconds_reclaimed: float = 0.0
+    gpu_devices_paused: int = 0  # GPUs the kernel held when it was paused
     progress: dict | None = field(default=None, compare=False)
     queue_position: int | None = field(default=None, compare=False)
     # kept up to date by the idle monitor; meaningless after a restart, so not persisted
@@ -64,3 +67,10 @@ class Session:
 
     def touch(self) -> None:
         self.updated = iso(utcnow())
+
+
+def gpu_device_count(gpu: dict | None) -> int:
+    """GPUs a kernel holds, from a probe reading (``Session.gpu``); 0 when it holds no memory."""
+    if not gpu or not gpu.get("memory_bytes"):
+        return 0
+    return max(1, len(gpu.get("devices") or []))

@@ -15,8 +15,9 @@ from datetime import datetime, timedelta
 from jupyter_client.session import Session as ZmqSession
 
 from ..store.format import iso, utcnow
+from .accounting import Ledger
 from .errors import BadRequest, GpuPauseError, WrongState
-from .model import RUNNING
+from .model import RUNNING, gpu_device_count
 from .policy import Policy, first_match
 from .probes import GpuProbe, process_tree
 
@@ -24,6 +25,7 @@ USER_MESSAGES = ("execute_request", "comm_msg")
 DRY_RUN_TIMEOUT = 30.0
 MAX_BACKOFF = 3600.0  # longest wait between two attempts of a failing auto-pause
 ACCOUNTING_SAVE = 60.0  # seconds between two saves of a session's GPU-seconds
+RECLAIMING = ("paused", "waiting")  # states whose GPUs a pause gave back
 
 
 class ActivityTracker:
@@ -91,7 +93,8 @@ class Watch:
     failures: int = 0
     gpu_since: datetime | None = None
     last_alarm: datetime | None = None
-    last_tick: datetime | None = None
+    last_tick: datetime | None = None  # running-kernel clock (held, idle)
+    paused_tick: datetime | None = None  # paused clock (reclaimed)
     last_saved: datetime | None = None
 
 
@@ -119,6 +122,7 @@ class Monitor:
             self.bridge.km, self.bridge.agent_sessions, on_activity=self._on_activity
         )
         lifecycle.user_busy = self.tracker.is_busy
+        self.ledger = Ledger(lifecycle.records)
         self.watches: dict[str, Watch] = {}
         self._task: asyncio.Task | None = None
 
@@ -138,6 +142,10 @@ class Monitor:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
         self.tracker.close()
+        try:
+            await self.ledger.flush()
+        except Exception:
+            self.log.exception("jupyter_gpu_pause: could not save the last GPU accounting")
 
     async def _loop(self) -> None:
         while True:
@@ -188,6 +196,10 @@ class Monitor:
                 await self._evaluate(s, usage.get(s.id), now)
             except GpuPauseError as e:  # e.g. the kernel went away between two awaits
                 self.log.info("jupyter_gpu_pause: %s: %s", s.path, e.message)
+        evaluated = {s.id for s in running}
+        for s in [s for s in self.lc.sessions.values() if s.id not in evaluated]:
+            await self._account_stopped(s, self.watches.setdefault(s.id, Watch()), now)
+        await self.ledger.flush()  # one transaction per tick
 
     def _sample(self, roots: dict[str, int]) -> dict:
         """In a thread: psutil walks process trees and NVML answers, both blocking."""
@@ -206,7 +218,7 @@ class Monitor:
             self.tracker.touch(s.kernel_id, now)
         last = self.tracker.last.get(s.kernel_id, now)
         s.last_activity = last
-        await self._account(s, w, uses_gpu, busy or gpu_busy, now)
+        await self._account(s, w, busy or gpu_busy, now)
         if s.policy is None or s.id in self.lc.busy_sessions():
             s.pause_at = None
             return
@@ -277,18 +289,16 @@ class Monitor:
             message=message,
         )
 
-    async def _account(self, s, w: Watch, uses_gpu: bool, active: bool, now: datetime) -> None:
-        dt = (now - w.last_tick).total_seconds() if w.last_tick else 0.0
-        w.last_tick = now
-        if not uses_gpu:
+    async def _account(self, s, w: Watch, active: bool, now: datetime) -> None:
+        """A running kernel: the time since the last tick was held (and idle) on its GPUs."""
+        start, w.last_tick, w.paused_tick = w.last_tick, now, None
+        devices = gpu_device_count(s.gpu)
+        if not devices:
             w.gpu_since = None
             return
-        s.gpu_seconds_held += dt
-        if not active:
-            s.gpu_seconds_idle += dt
-        if w.last_saved is None or (now - w.last_saved).total_seconds() >= ACCOUNTING_SAVE:
-            w.last_saved = now  # the GPU-seconds outlive a server restart, within a minute
-            await self.lc.records.save(s)
+        if start is not None:
+            self.ledger.add(s, start, now, held=devices, idle=0 if active else devices)
+        await self._save_now_and_then(s, w, now)
         w.gpu_since = w.gpu_since or now
         if self.alarm_hours > 0:
             period = timedelta(hours=self.alarm_hours)
@@ -302,6 +312,30 @@ class Monitor:
                     held_hours=round((now - w.gpu_since).total_seconds() / 3600, 2),
                     message=f"{s.path} has held a GPU for more than {self.alarm_hours:g} h",
                 )
+
+    async def _account_stopped(self, s, w: Watch, now: datetime) -> None:
+        """A session without a running kernel: paused ones reclaim the GPUs they held."""
+        if s.state != "pausing":  # a kernel that comes back starts a fresh clock
+            w.last_tick = None
+        if s.state not in RECLAIMING or not s.gpu_devices_paused:
+            w.paused_tick = None
+            return
+        start, w.paused_tick = w.paused_tick, now
+        if start is not None:
+            self.ledger.add(s, start, now, reclaimed=s.gpu_devices_paused)
+        await self._save_now_and_then(s, w, now)
+
+    async def _save_now_and_then(self, s, w: Watch, now: datetime) -> None:
+        """The session's GPU-seconds outlive a server restart, within a minute."""
+        if w.last_saved is not None and (now - w.last_saved).total_seconds() < ACCOUNTING_SAVE:
+            return
+        w.last_saved = now
+        if self.lc.sessions.get(s.id) is s:  # never bring back the record of a deleted session
+            await self.lc.records.save(s)
+
+    async def report(self, since: str | None) -> dict:
+        """GPU-hours since ``since`` (ISO 8601 or a duration such as 7d): total, sessions, days."""
+        return await self.ledger.report(since, self.lc.sessions)
 
     # -- keep-alive ----------------------------------------------------------------------------
     async def keepalive(self, session_id: str, seconds) -> None:

@@ -1,4 +1,4 @@
-"""SQLite records: sessions and events, so a paused session outlives a server restart.
+"""SQLite records: sessions, events and GPU-hour accounting, so they outlive a server restart.
 
 All access goes through one worker thread (SQLite connections are single-threaded and disk
 writes must not block the event loop). Migrations are additive and numbered by user_version.
@@ -23,6 +23,13 @@ MIGRATIONS = [
                          session_id TEXT, type TEXT NOT NULL, reason TEXT, detail TEXT);
     CREATE INDEX events_time ON events(time);
     CREATE INDEX events_session ON events(session_id);
+    """,
+    # GPU-seconds (per device) by UTC hour and session, for the report; path as last seen
+    """
+    CREATE TABLE accounting (hour TEXT NOT NULL, session_id TEXT NOT NULL, path TEXT,
+                             held REAL NOT NULL DEFAULT 0, idle REAL NOT NULL DEFAULT 0,
+                             reclaimed REAL NOT NULL DEFAULT 0,
+                             PRIMARY KEY (hour, session_id));
     """,
 ]
 
@@ -130,6 +137,44 @@ class Records:
         self, since: str | None = None, session_id: str | None = None, limit: int = 1000
     ) -> list[dict]:
         return await self._run(self._events, since, session_id, limit)
+
+    # -- accounting ----------------------------------------------------------------------
+    def _add_accounting(self, rows: list[tuple]) -> None:
+        db = self._connect()
+        with db:  # one transaction for the whole batch
+            db.executemany(
+                "INSERT INTO accounting (hour, session_id, path, held, idle, reclaimed) "
+                "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (hour, session_id) DO UPDATE SET "
+                "path = excluded.path, held = held + excluded.held, "
+                "idle = idle + excluded.idle, reclaimed = reclaimed + excluded.reclaimed",
+                rows,
+            )
+
+    async def add_accounting(self, rows: list[tuple]) -> None:
+        """Add ``(hour, session_id, path, held, idle, reclaimed)`` seconds, in one transaction."""
+        await self._run(self._add_accounting, rows)
+
+    def _accounting(self, since_hour: str) -> dict:
+        db = self._connect()
+        # SQLite: with MAX(), the bare column ``path`` comes from the row of the latest hour
+        sessions = db.execute(
+            "SELECT session_id, path, MAX(hour), SUM(held), SUM(idle), SUM(reclaimed) "
+            "FROM accounting WHERE hour >= ? GROUP BY session_id",
+            (since_hour,),
+        ).fetchall()
+        days = db.execute(
+            "SELECT substr(hour, 1, 10) AS day, SUM(held), SUM(idle), SUM(reclaimed) "
+            "FROM accounting WHERE hour >= ? GROUP BY day",
+            (since_hour,),
+        ).fetchall()
+        return {
+            "sessions": [(r[0], r[1], r[3], r[4], r[5]) for r in sessions],
+            "days": [tuple(r) for r in days],
+        }
+
+    async def accounting(self, since_hour: str) -> dict:
+        """Seconds per session ``(id, path, held, idle, reclaimed)`` and per UTC day."""
+        return await self._run(self._accounting, since_hour)
 
     def close(self) -> None:
         if self._db is not None:

@@ -68,5 +68,6 @@ def session_json(s: Session, kernel, busy: bool | None = None) -> dict:
         "accounting": {
             "gpu_seconds_held": round(s.gpu_seconds_held, 1),
             "gpu_seconds_idle": round(s.gpu_seconds_idle, 1),
+            "gpu_seconds_reclaimed": round(s.gpu_seconds_reclaimed, 1),
         },
     }
