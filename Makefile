@@ -13,7 +13,7 @@ LABEXT_BUILT := jupyter_gpu_pause/labextension/package.json
 LABEXT_SOURCES := $(shell find labextension/src labextension/style labextension/schema \
 	-type f -not -path '*/__tests__/*' 2>/dev/null)
 
-.PHONY: install lab test lint pytest jest ui-test bench clean
+.PHONY: install lab test lint pytest jest ui-test chromium bench clean
 
 install: $(VENV)/.installed
 
@@ -48,9 +48,16 @@ $(LABEXT_BUILT): $(LABEXT_SOURCES) labextension/package.json labextension/tsconf
 # Galata in the system Chromium (Playwright never downloads a browser); Playwright starts the
 # test server itself. Screenshots land in $(UI_TESTS)/test-results and artifacts, the HTML
 # report in playwright-report. One spec: make ui-test UI_TEST_ARGS=tests/smoke.spec.ts
-ui-test: install $(LABEXT_BUILT)
+ui-test: install $(LABEXT_BUILT) chromium
 	cd $(UI_TESTS) && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 $(JLPM) install
 	cd $(UI_TESTS) && JUPYTER=$(CURDIR)/$(VENV)/bin/jupyter $(JLPM) playwright test $(UI_TEST_ARGS)
+
+# The system Chromium the UI tests drive: installed from apt when missing and we are root,
+# else a clear message (Playwright's own browser downloads do not work here).
+chromium:
+	@command -v chromium >/dev/null || { \
+		if [ "$$(id -u)" = 0 ]; then apt-get update -q && apt-get install -y -q chromium; \
+		else echo "The UI tests need Chromium: sudo apt-get install chromium" >&2; exit 1; fi; }
 
 test: lint jest pytest ui-test
 

@@ -212,6 +212,19 @@ export function addCommands(options: ICommandsOptions): IDisposable {
    */
   const confirmPause = async (session: ISession): Promise<boolean> => {
     const check = await api.check(session.id).catch(() => null);
+    if (check?.error) {
+      // A registered variable cannot be saved: the pause would fail and
+      // change nothing, so say why instead of offering it.
+      await showDialog({
+        title: trans.__('This kernel cannot be paused yet'),
+        body: trans.__(
+          'A registered variable cannot be saved, so a pause would fail (and change nothing): %1. Fix or unregister it (gp.unregister) and try again.',
+          check.error
+        ),
+        buttons: [Dialog.okButton({ label: trans.__('OK') })]
+      });
+      return false;
+    }
     const skipped = check?.skipped ?? [];
     if (!skipped.length && !options.settings().confirmBeforePause) {
       return true;

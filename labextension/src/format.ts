@@ -158,6 +158,18 @@ export function gpuText(session: ISession, trans: Trans): string {
 }
 
 /**
+ * A server message as a sentence: capital first letter, final full stop.
+ */
+export function sentence(message: string): string {
+  const text = message.trim();
+  if (!text) {
+    return '';
+  }
+  const capital = text.charAt(0).toUpperCase() + text.slice(1);
+  return /[.!?]$/.test(capital) ? capital : `${capital}.`;
+}
+
+/**
  * The error of a session as a sentence, with what is safe when known.
  */
 export function errorText(
@@ -170,14 +182,11 @@ export function errorText(
   if (typeof error === 'string') {
     return error;
   }
-  let text = error.message.replace(/\s+$/, '');
-  if (!/[.!?]$/.test(text)) {
-    text += '.';
-  }
+  let text = sentence(error.message);
   if (error.state_intact === true && !/intact|still running/i.test(text)) {
     text += ' ' + trans.__('Your state is intact.');
   } else if (error.state_intact === false) {
-    text += ' ' + trans.__('Unsaved state may be lost.');
+    text += ' ' + trans.__('Some of your state may be lost.');
   }
   return text;
 }

@@ -135,13 +135,17 @@ export class SessionsModel implements IDisposable {
   }
 
   /**
-   * The session of a notebook path, if one is tracked.
+   * The session of a notebook path, if one is tracked. A path can have two:
+   * a paused one and a kernel the user started since. The one that needs
+   * the user (an operation running, then a checkpoint waiting to be
+   * resumed) wins over the plain running one.
    */
   byPath(path: string | null | undefined): ISession | null {
     if (!path) {
       return null;
     }
-    return this._sessions.find(s => s.path === path) ?? null;
+    const matches = this._sessions.filter(s => s.path === path);
+    return matches.sort((a, b) => Private.rank(a) - Private.rank(b))[0] ?? null;
   }
 
   /**
@@ -326,6 +330,18 @@ namespace Private {
    */
   export function toMs(seconds: number): number {
     return Math.max(1, Number(seconds) || 1) * 1000;
+  }
+
+  /**
+   * Which of a path's sessions to show first: running operations, then
+   * checkpoints to resume, then running kernels.
+   */
+  export function rank(session: ISession): number {
+    return TRANSITIONAL.includes(session.state)
+      ? 0
+      : session.state === 'paused' || session.state === 'failed'
+        ? 1
+        : 2;
   }
 
   /**

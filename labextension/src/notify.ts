@@ -12,7 +12,7 @@ import { CommandRegistry } from '@lumino/commands';
 import { IDisposable } from '@lumino/disposable';
 
 import { notebookPath } from './commands';
-import { bytesText, errorText } from './format';
+import { bytesText, errorText, sentence } from './format';
 import { SessionsModel } from './model';
 import { CommandIDs, IEvent, ISession, ISkippedObject } from './tokens';
 
@@ -119,11 +119,7 @@ export class EventNotifier implements IDisposable {
         this._outcome(
           sessionId,
           Notification.error(
-            trans.__(
-              'Pause of %1 failed: %2',
-              path,
-              Private.failureText(session, message, trans)
-            ),
+            Private.pauseFailedText(path, session, message, trans),
             { autoClose: false }
           )
         );
@@ -335,6 +331,33 @@ namespace Private {
   }
 
   /**
+   * The toast of a failed pause. A refused pause leaves the kernel running
+   * with its variables; that is said first.
+   */
+  export function pauseFailedText(
+    path: string,
+    session: ISession | null,
+    fallback: string,
+    trans: TranslationBundle
+  ): string {
+    const error = session?.error;
+    const running = session?.state === 'active' || session?.state === 'idle';
+    if (running && error && typeof error !== 'string' && error.state_intact) {
+      // What is safe comes first: a toast may cut a long error short.
+      return trans.__(
+        'Pause of %1 failed; the kernel is still running with all its variables. %2',
+        path,
+        sentence(error.message)
+      );
+    }
+    return trans.__(
+      'Pause of %1 failed: %2',
+      path,
+      failureText(session, fallback, trans)
+    );
+  }
+
+  /**
    * What failed and what is safe, preferring the session's error record
    * (it says whether the state is intact).
    */
@@ -343,7 +366,10 @@ namespace Private {
     fallback: string,
     trans: TranslationBundle
   ): string {
-    const text = session?.error ? errorText(session.error, trans) : '';
-    return text || fallback;
+    const error = session?.error;
+    if (!error) {
+      return fallback;
+    }
+    return errorText(error, trans);
   }
 }

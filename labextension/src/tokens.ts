@@ -320,6 +320,10 @@ export interface ICheckReport {
   objects: { name: string; bytes: number }[];
   /** Objects that cannot be saved, with why. */
   skipped: ISkippedObject[];
+  /** Names registered as required. */
+  registered?: string[];
+  /** Why a pause would fail (a registered name cannot be saved); `null` when it would not. */
+  error?: string | null;
 }
 
 /**

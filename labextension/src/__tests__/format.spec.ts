@@ -133,13 +133,13 @@ describe('format', () => {
         { message: 'the store is full', state_intact: true },
         untranslated
       )
-    ).toBe('the store is full. Your state is intact.');
+    ).toBe('The store is full. Your state is intact.');
     expect(
       errorText(
         { message: 'The kernel died.', state_intact: false },
         untranslated
       )
-    ).toBe('The kernel died. Unsaved state may be lost.');
+    ).toBe('The kernel died. Some of your state may be lost.');
     // The server's sentence already says it: not twice.
     expect(
       errorText(

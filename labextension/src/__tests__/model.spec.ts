@@ -152,6 +152,17 @@ describe('SessionsModel', () => {
     expect(model.lastError).toBeNull();
   });
 
+  it('prefers the paused session of a path over a kernel started since', async () => {
+    // Given a paused notebook in which the user started a new kernel
+    api.sessions = [
+      session('new', 'active', 'exp/a.ipynb'),
+      session('old', 'paused', 'exp/a.ipynb')
+    ];
+    await model.fetch();
+    // Then the notebook's views show the paused one, which needs the user
+    expect(model.byPath('exp/a.ipynb')?.id).toBe('old');
+  });
+
   it("shows an action's answer at once", async () => {
     api.sessions = [session('a', 'active')];
     await model.fetch();

@@ -38,7 +38,13 @@ export class GpuHoursChart {
     this._svg = document.createElementNS(SVG, 'svg');
     this._svg.setAttribute('role', 'img');
     this.node.appendChild(this._svg);
+    // Legend: a colour swatch before each series, the numbers as text.
     this._legend = el('div', 'jp-GpuPause-legend', this.node);
+    el('span', 'jp-GpuPause-swatch jp-GpuPause-bar-held', this._legend);
+    this._heldText = el('span', '', this._legend);
+    this._legend.appendChild(document.createTextNode(' · '));
+    el('span', 'jp-GpuPause-swatch jp-GpuPause-bar-reclaimed', this._legend);
+    this._reclaimedText = el('span', '', this._legend);
     this._poll = new Poll({
       auto: false,
       factory: () => this._fetch(),
@@ -135,13 +141,16 @@ export class GpuHoursChart {
       );
     });
     setText(
-      this._legend,
+      this._heldText,
       trans.__(
-        'Held %1 h (idle %2 h) · reclaimed %3 h',
+        'Held %1 h (idle %2 h)',
         report.total.gpu_hours_held.toFixed(1),
-        report.total.gpu_hours_idle.toFixed(1),
-        report.total.gpu_hours_reclaimed.toFixed(1)
+        report.total.gpu_hours_idle.toFixed(1)
       )
+    );
+    setText(
+      this._reclaimedText,
+      trans.__('reclaimed %1 h', report.total.gpu_hours_reclaimed.toFixed(1))
     );
   }
 
@@ -170,7 +179,9 @@ export class GpuHoursChart {
     this._svg.appendChild(rect);
   }
 
+  private _heldText: HTMLSpanElement;
   private _legend: HTMLDivElement;
+  private _reclaimedText: HTMLSpanElement;
   private _poll: Poll;
   private _svg: SVGSVGElement;
   private _unsupported = false;

@@ -115,3 +115,29 @@ export async function runAndWait(
     timeout: 60 * 1000
   });
 }
+
+/**
+ * Confirm the plain pause dialog ("Pause kernel?").
+ */
+export async function confirmPause(page: Page): Promise<void> {
+  await page
+    .locator('.jp-Dialog')
+    .getByRole('button', { name: 'Pause', exact: true })
+    .click();
+}
+
+/**
+ * Pause the shown notebook from its toolbar, confirm, and wait for its
+ * panel row to say `paused`.
+ */
+export async function pauseFromToolbar(
+  page: Page,
+  notebook: string
+): Promise<void> {
+  await toolbarButton(page).click();
+  await confirmPause(page);
+  await expect(row(page, notebook).locator('.jp-GpuPause-badge')).toHaveText(
+    'paused',
+    { timeout: 60 * 1000 }
+  );
+}

@@ -8,6 +8,7 @@ import { expect, test } from './fixtures';
 import {
   appendAndRun,
   cellOutput,
+  confirmPause,
   runAndWait,
   openPanel,
   row,
@@ -74,4 +75,31 @@ test('an idle warning offers Keep running, which postpones the pause', async ({
   }
   const check = await appendAndRun(page, 'print(answer)');
   expect(await cellOutput(page, check)).toBe('42');
+});
+
+test('Pause now in the warning pauses the kernel at once', async ({ page }) => {
+  test.setTimeout(180 * 1000);
+  const notebook = 'pause-now.ipynb';
+
+  // Given a warned notebook on the short policy's kernelspec
+  await page.notebook.createNew(notebook, { kernel: 'python3-short' });
+  await page.notebook.setCell(0, 'code', "note = 'kept'");
+  await runAndWait(page, 0);
+  await openPanel(page);
+  const toast = page
+    .locator('.jp-Notification-Toast-warning')
+    .filter({ hasText: notebook });
+  await expect(toast).toBeVisible({ timeout: 60 * 1000 });
+
+  // When the user clicks Pause now and confirms
+  await toast.getByRole('button', { name: 'Pause now' }).click();
+  await confirmPause(page);
+
+  // Then it is paused well before the policy would have, and the warning is gone
+  await expect(row(page, notebook).locator('.jp-GpuPause-badge')).toHaveText(
+    'paused',
+    { timeout: 30 * 1000 }
+  );
+  await expect(toast).toBeHidden();
+  await expect(toolbarButton(page)).toHaveText('Paused — Resume');
 });

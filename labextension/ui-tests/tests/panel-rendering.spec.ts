@@ -111,7 +111,7 @@ test('a hundred sessions render once and update in place', async ({ page }) => {
     idle.getByRole('button', { name: 'Keep running' })
   ).toBeVisible();
   const failed = rows.filter({ hasText: 'run-006.ipynb' });
-  await expect(failed).toContainText('the store is full');
+  await expect(failed).toContainText('The store is full');
   await expect(failed).toContainText('Your state is intact.');
   await snap(page, '09-hundred-sessions');
 
@@ -163,4 +163,55 @@ test('the empty panel explains what it is for', async ({ page }) => {
     'paused to storage so the GPU is released'
   );
   await snap(page, '11-empty');
+});
+
+test('the GPU-hours chart shows held and reclaimed hours per day', async ({
+  page
+}) => {
+  // Given a report with two weeks of GPU time, some given back by pauses
+  const days = Array.from({ length: 14 }, (_, i) => ({
+    day: new Date(Date.now() - (13 - i) * 86400 * 1000)
+      .toISOString()
+      .slice(0, 10),
+    gpu_hours_held: 2 + (i % 5),
+    gpu_hours_idle: 1,
+    gpu_hours_reclaimed: i % 3
+  }));
+  const total = {
+    gpu_hours_held: days.reduce((a, d) => a + d.gpu_hours_held, 0),
+    gpu_hours_idle: 14,
+    gpu_hours_reclaimed: days.reduce((a, d) => a + d.gpu_hours_reclaimed, 0)
+  };
+  await page.route(/\/gpu-pause\/api\/report(\?.*)?$/, route =>
+    route.fulfill({
+      json: { since: days[0].day, until: '', total, sessions: [], days }
+    })
+  );
+  await page.reload();
+
+  // When the panel opens
+  const panel = await openPanel(page);
+
+  // Then the chart draws one held and one reclaimed bar per day, with totals
+  const chart = panel.locator('.jp-GpuPause-chart');
+  await expect(chart).toBeVisible();
+  await expect(chart.locator('rect.jp-GpuPause-bar-held')).toHaveCount(14);
+  await expect(chart.locator('rect.jp-GpuPause-bar-reclaimed')).toHaveCount(14);
+  await expect(chart).toContainText(
+    `Held ${total.gpu_hours_held.toFixed(1)} h (idle 14.0 h) · reclaimed ${total.gpu_hours_reclaimed.toFixed(1)} h`
+  );
+  await snap(page, '14-gpu-hours-chart');
+});
+
+test('the chart stays hidden while no GPU time was recorded', async ({
+  page
+}) => {
+  // Given the real server on a machine without GPUs
+  const panel = await openPanel(page);
+  // Then the panel shows no empty chart
+  await expect(
+    panel.locator('.jp-GpuPause-empty, .jp-GpuPause-list').first()
+  ).toBeAttached();
+  await page.waitForTimeout(2000);
+  await expect(panel.locator('.jp-GpuPause-chart')).toBeHidden();
 });

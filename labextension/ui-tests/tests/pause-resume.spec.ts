@@ -14,6 +14,7 @@ import {
   runAndWait,
   cellOutput,
   openPanel,
+  pauseFromToolbar,
   row,
   serverSession,
   snap,
@@ -30,8 +31,6 @@ const MODEL_CELL = [
 
 const CHECK_CELL =
   'print(round(float(sum(p.detach().sum() for p in model.parameters())), 6), weights_sum)';
-
-test.describe.configure({ mode: 'serial' });
 
 test('pause from the toolbar, resume, and the next cell sees the model', async ({
   page,
@@ -142,6 +141,23 @@ test('a variable that cannot be saved is named before the pause', async ({
   expect(['active', 'idle']).toContain(session.state);
   const check = await appendAndRun(page, 'print(steps, log.closed)');
   expect(await cellOutput(page, check)).toBe('42 False');
+
+  // When the user registers the open file as required state and pauses
+  await appendAndRun(
+    page,
+    "import jupyter_gpu_pause as gp\ngp.register('log')"
+  );
+  await toolbarButton(page).click();
+
+  // Then the pause is not offered: it would fail, and the dialog says why
+  await expect(dialog).toContainText('This kernel cannot be paused yet');
+  await expect(dialog).toContainText('log');
+  await snap(page, '05b-registered-unsaveable');
+  await dialog.getByRole('button', { name: 'OK' }).click();
+  await expect(dialog).toBeHidden();
+  expect(['active', 'idle']).toContain(
+    (await serverSession(request, notebook)).state
+  );
 });
 
 test('a resume whose checkpoint is damaged shows the failure and what is safe', async ({
@@ -162,14 +178,7 @@ test('a resume whose checkpoint is damaged shows the failure and what is safe', 
   await openPanel(page);
   const line = row(page, notebook);
   await expect(line).toBeVisible();
-  await toolbarButton(page).click();
-  await page
-    .locator('.jp-Dialog')
-    .getByRole('button', { name: 'Pause' })
-    .click();
-  await expect(line.locator('.jp-GpuPause-badge')).toHaveText('paused', {
-    timeout: 60 * 1000
-  });
+  await pauseFromToolbar(page, notebook);
 
   // And its checkpoint was damaged on disk: every blob it wrote flipped
   const session = await serverSession(request, notebook);
@@ -196,7 +205,10 @@ test('a resume whose checkpoint is damaged shows the failure and what is safe', 
   const failed = await serverSession(request, notebook);
   const message = line.locator('.jp-GpuPause-message');
   await expect(message).toHaveClass(/jp-GpuPause-error/);
-  await expect(message).toContainText(failed.error.message.slice(0, 40));
+  // (the panel capitalises the server's sentence)
+  await expect(message).toContainText(failed.error.message.slice(1, 40));
+  await expect(message).toContainText('No checkpoint of this session');
+  await expect(message).toContainText('Some of your state may be lost.');
   await expect(
     page.locator('.jp-Notification-Toast-error').first()
   ).toContainText(new RegExp(`Resume of ${notebook} failed`));

@@ -1,8 +1,12 @@
 /**
- * Smoke test: JupyterLab loads with our extension, the server extension
- * answers with the test policy, and a running notebook shows our status item.
+ * Smoke tests: JupyterLab loads with our extension, the server extension
+ * answers with the test policy, a running notebook shows our status item,
+ * the palette lists our commands, and the settings take effect.
  */
+import { galata } from '@jupyterlab/galata';
+
 import { expect, test } from './fixtures';
+import { openPanel, row, runAndWait, toolbarButton } from './helpers';
 
 const PLUGIN_ID = 'jupyter-gpu-pause:plugin';
 
@@ -58,5 +62,74 @@ test('Lab loads the extension and shows the GPU status item', async ({
   await testInfo.attach('smoke', {
     path: screenshot,
     contentType: 'image/png'
+  });
+});
+
+test('the palette lists the GPU Pause commands', async ({ page }) => {
+  // Given an open notebook with a running kernel
+  await page.notebook.createNew('palette.ipynb');
+  await page.notebook.setCell(0, 'code', 'z = 3');
+  await runAndWait(page, 0);
+  await openPanel(page);
+  await expect(row(page, 'palette.ipynb')).toBeVisible();
+  // Then every command is registered
+  const ids = [
+    'pause',
+    'resume',
+    'cancel',
+    'keep-running',
+    'discard',
+    'open-panel',
+    'refresh'
+  ].map(name => `jupyter-gpu-pause:${name}`);
+  const registered = await page.evaluate(
+    list =>
+      list.filter(id => (window as any).jupyterapp.commands.hasCommand(id)),
+    ids
+  );
+  expect(registered).toEqual(ids);
+  // And typing "GPU" in the palette offers those that apply now
+  await page.keyboard.press('Control+Shift+C');
+  const palette = page.locator('#command-palette');
+  await expect(palette).toBeVisible();
+  await palette.locator('input').fill('GPU');
+  for (const label of [
+    'Pause Kernel and Release GPU',
+    'Show GPU Sessions',
+    'Refresh GPU Sessions'
+  ]) {
+    await expect(palette.getByText(label, { exact: true })).toBeVisible();
+  }
+  await page.keyboard.press('Escape');
+});
+
+test.describe('with the status item off and no pause confirmation', () => {
+  // Galata serves the settings from the test: these are the user's choices.
+  test.use({
+    mockSettings: {
+      ...galata.DEFAULT_SETTINGS,
+      'jupyter-gpu-pause:plugin': {
+        showStatusBar: false,
+        confirmBeforePause: false
+      }
+    }
+  });
+
+  test('the status item is hidden and Pause does not ask', async ({ page }) => {
+    await page.notebook.createNew('settings.ipynb');
+    await page.notebook.setCell(0, 'code', 'y = 2');
+    await runAndWait(page, 0);
+    await openPanel(page);
+    const line = row(page, 'settings.ipynb');
+    await expect(line).toBeVisible();
+
+    // Then the status bar has no GPU item
+    await expect(page.locator('.jp-GpuPause-status')).toBeHidden();
+    // And Pause pauses without asking (nothing here cannot be saved)
+    await toolbarButton(page).click();
+    await expect(line.locator('.jp-GpuPause-badge')).toHaveText('paused', {
+      timeout: 60 * 1000
+    });
+    await expect(page.locator('.jp-Dialog')).toHaveCount(0);
   });
 });
