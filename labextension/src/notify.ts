@@ -73,10 +73,17 @@ export class EventNotifier implements IDisposable {
    * user came back, the pause started) is withdrawn.
    */
   private _onSessions(model: SessionsModel): void {
-    for (const [sessionId, id] of this._warnings) {
+    for (const [sessionId, warning] of this._warnings) {
       const session = model.byId(sessionId);
-      if (!session || session.pause_at === null) {
-        Notification.dismiss(id);
+      // A warn-only policy never sets `pause_at`: its warning lasts until
+      // the user is back (the session is active again).
+      const over = !session
+        ? true
+        : warning.action === 'warn'
+          ? session.state !== 'idle'
+          : session.pause_at === null;
+      if (over) {
+        Notification.dismiss(warning.id);
         this._warnings.delete(sessionId);
       }
     }
@@ -216,7 +223,7 @@ export class EventNotifier implements IDisposable {
         this._action(trans.__('Pause now'), CommandIDs.pause, event.session_id)
       );
     }
-    const existing = this._warnings.get(event.session_id);
+    const existing = this._warnings.get(event.session_id)?.id;
     if (existing && Notification.manager.has(existing)) {
       Notification.update({
         id: existing,
@@ -227,7 +234,7 @@ export class EventNotifier implements IDisposable {
       return;
     }
     const id = Notification.warning(text, { autoClose: false, actions });
-    this._warnings.set(event.session_id, id);
+    this._warnings.set(event.session_id, { id, action });
   }
 
   /**
@@ -243,9 +250,9 @@ export class EventNotifier implements IDisposable {
   }
 
   private _dismissWarning(sessionId: string): void {
-    const id = this._warnings.get(sessionId);
-    if (id) {
-      Notification.dismiss(id);
+    const warning = this._warnings.get(sessionId);
+    if (warning) {
+      Notification.dismiss(warning.id);
       this._warnings.delete(sessionId);
     }
   }
@@ -303,7 +310,7 @@ export class EventNotifier implements IDisposable {
   private _isDisposed = false;
   private _options: IEventNotifierOptions;
   private _outcomes = new Map<string, string>();
-  private _warnings = new Map<string, string>();
+  private _warnings = new Map<string, { id: string; action: string }>();
 }
 
 /**
