@@ -1,0 +1,69 @@
+/**
+ * A pause of a few hundred megabytes, watched live: the panel row and the
+ * toolbar show the server's progress in bytes while the checkpoint is
+ * written, then the size once paused, then the restore.
+ */
+import { expect, test } from './fixtures';
+import {
+  appendAndRun,
+  cellOutput,
+  confirmPause,
+  openPanel,
+  row,
+  runAndWait,
+  snap,
+  toolbarButton
+} from './helpers';
+
+test('pausing and restoring show progress in bytes', async ({ page }) => {
+  test.setTimeout(240 * 1000);
+  const notebook = 'big.ipynb';
+
+  // Given a notebook holding 400 MB of arrays
+  await page.notebook.createNew(notebook);
+  await page.notebook.setCell(
+    0,
+    'code',
+    'import numpy as np\nbig = [np.full(25_000_000, i, dtype=np.float64) for i in range(2)]\nprint(sum(int(b[-1]) for b in big))'
+  );
+  await runAndWait(page, 0);
+  expect(await cellOutput(page, 0)).toBe('1');
+  await openPanel(page);
+  const line = row(page, notebook);
+  await expect(line).toBeVisible();
+
+  // When the user pauses it
+  await toolbarButton(page).click();
+  await confirmPause(page);
+
+  // Then while pausing the row shows a progress bar with bytes written
+  await expect(line.locator('.jp-GpuPause-badge')).toHaveText('pausing');
+  const progress = line.locator('.jp-GpuPause-progress');
+  await expect(progress.locator('progress')).toBeVisible();
+  await expect(progress).toContainText(/\d+(\.\d)? [kMG]?B of 400 MB/);
+  await expect(toolbarButton(page)).toHaveText(/Pausing…/);
+  await snap(page, '15-pausing-progress');
+
+  // And once paused, the checkpoint's size
+  await expect(line.locator('.jp-GpuPause-badge')).toHaveText('paused', {
+    timeout: 120 * 1000
+  });
+  await expect(line.locator('.jp-GpuPause-details')).toContainText(
+    'checkpoint 400 MB'
+  );
+  await expect(progress).toBeHidden();
+
+  // When the user resumes, the restore shows too, and the arrays come back
+  await toolbarButton(page).click();
+  await expect(line.locator('.jp-GpuPause-badge')).toHaveText(
+    /waiting|restoring|active|idle/
+  );
+  await expect(line.locator('.jp-GpuPause-badge')).toHaveText(/active|idle/, {
+    timeout: 120 * 1000
+  });
+  const check = await appendAndRun(
+    page,
+    'print(sum(int(b[-1]) for b in big), big[0].nbytes + big[1].nbytes)'
+  );
+  expect(await cellOutput(page, check)).toBe('1 400000000');
+});
