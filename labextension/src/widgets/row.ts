@@ -81,6 +81,7 @@ export class SessionRow {
     this._progress = el('div', 'jp-GpuPause-progress', node);
     this._bar = el('progress', 'jp-GpuPause-bar', this._progress);
     this._bar.max = 1;
+    this._bar.setAttribute('aria-label', _trans.__('Progress'));
     this._progressText = el('span', 'jp-GpuPause-progressText', this._progress);
     this._message = el('div', 'jp-GpuPause-message', node);
     this._buttons = el('div', 'jp-GpuPause-actions', node);

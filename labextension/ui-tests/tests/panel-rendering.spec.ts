@@ -114,6 +114,10 @@ test('a hundred sessions render once and update in place', async ({ page }) => {
   await expect(failed).toContainText('The store is full');
   await expect(failed).toContainText('Your state is intact.');
   await snap(page, '09-hundred-sessions');
+  // (and in the dark theme: theme variables only, so it follows)
+  await page.theme.setDarkTheme();
+  await snap(page, '09b-hundred-sessions-dark');
+  await page.theme.setLightTheme();
 
   // When the panel refreshes, rows are updated in place, not rebuilt
   await rows.first().evaluate(node => ((node as any).__marker = 'kept'));
