@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from datetime import date, datetime, timedelta, timezone
 
-from ..store.format import iso, utcnow
+from ..store.format import iso, parse_iso, utcnow
 from .errors import BadRequest
 
 DEFAULT_WINDOW = timedelta(days=30)
@@ -32,14 +32,13 @@ def parse_since(text: str | None, now: datetime) -> datetime:
         m = _DURATION.match(raw.lower())
         if m:
             return now - timedelta(seconds=float(m[1]) * _UNIT_SECONDS[m[2]])
-        when = datetime.fromisoformat(re.sub(r"[zZ]$", "+00:00", raw))
+        return parse_iso(raw)
     except (ValueError, OverflowError):
         raise BadRequest(
             f"since must be an ISO 8601 time such as 2026-12-02T10:15:00Z or a duration such "
             f"as 7d, 24h or 90m, not {text!r}",
             "bad-query",
         ) from None
-    return when.astimezone(timezone.utc) if when.tzinfo else when.replace(tzinfo=timezone.utc)
 
 
 def floor_hour(t: datetime) -> datetime:

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import functools
 import json
-from datetime import datetime, timezone
 
 from jupyter_server.auth.decorator import authorized
 from jupyter_server.base.handlers import APIHandler
 from jupyter_server.extension.handler import ExtensionHandlerMixin
 from tornado import web
 
-from ..store.format import iso
+from ..store.format import iso, parse_iso
 from .errors import BadRequest, GpuPauseError
 
 AUTH_RESOURCE = "gpu_pause"
@@ -196,13 +195,12 @@ class EventsHandler(BaseHandler):
         since = self.get_query_argument("since", None)
         if since is not None:
             try:
-                when = datetime.fromisoformat(since.replace("Z", "+00:00"))
-            except ValueError:
+                since = iso(parse_iso(since))
+            except (ValueError, OverflowError):
                 raise BadRequest(
                     f"since must be an ISO 8601 time such as 2026-12-02T10:15:00Z, not {since!r}",
                     "bad-query",
                 ) from None
-            since = iso(when if when.tzinfo else when.replace(tzinfo=timezone.utc))
         events = await self.lifecycle.events(
             since=since, session_id=self.get_query_argument("session_id", None)
         )

@@ -28,6 +28,12 @@ def iso(dt: datetime | None) -> str | None:
     return dt.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+def parse_iso(text: str) -> datetime:
+    """An ISO 8601 time as UTC (a trailing Z allowed, no zone means UTC); ValueError if not."""
+    when = datetime.fromisoformat(re.sub(r"[zZ]$", "+00:00", text.strip()))
+    return when.astimezone(timezone.utc) if when.tzinfo else when.replace(tzinfo=timezone.utc)
+
+
 def new_checkpoint_id(now: datetime | None = None) -> str:
     """Ids that sort by creation time: ``20261202T101500Z-1a2b3c4d``."""
     now = now or utcnow()
