@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from jupyter_client.asynchronous import AsyncKernelClient
 
+from tests.cells import CellOutput
+
 pytest_plugins = ["pytest_jupyter.jupyter_server"]
 
 TERMINAL = ("active", "idle", "paused", "failed")
@@ -101,22 +103,13 @@ class Lab:
     async def run(self, kernel_id: str, code: str, timeout: float = 120) -> str:
         """Execute a cell as the notebook would; return its stdout; raise on error."""
         c = self.client(kernel_id)
-        out, err = [], []
-
-        def hook(msg):
-            if msg["msg_type"] == "stream":
-                out.append(msg["content"]["text"])
-            elif msg["msg_type"] == "error":
-                err.append("\n".join(msg["content"]["traceback"]))
-
+        output = CellOutput()
         try:
             await asyncio.wait_for(c.wait_for_ready(timeout=timeout), timeout)
-            reply = await c.execute_interactive(code, output_hook=hook, timeout=timeout)
+            reply = await c.execute_interactive(code, output_hook=output, timeout=timeout)
         finally:
             c.stop_channels()
-        if reply["content"]["status"] != "ok":
-            raise AssertionError(f"cell failed: {''.join(err)}")
-        return "".join(out)
+        return output.result(reply)
 
     async def send_cell(self, kernel_id: str, code: str) -> None:
         """Start a cell without waiting for it (a long-running cell)."""

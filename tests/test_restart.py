@@ -18,6 +18,8 @@ import psutil
 import pytest
 from jupyter_client import BlockingKernelClient
 
+from tests.cells import CellOutput
+
 TOKEN = "restart-test-token"
 WAIT = 60.0
 STATE = "import torch; w = torch.arange(10.); msg = 'hi'"
@@ -147,21 +149,13 @@ class Server:
         c = BlockingKernelClient(connection_file=str(self.runtime / f"kernel-{kernel_id}.json"))
         c.load_connection_file()
         c.start_channels()
-        out, err = [], []
-
-        def hook(msg):
-            if msg["msg_type"] == "stream":
-                out.append(msg["content"]["text"])
-            elif msg["msg_type"] == "error":
-                err.append("\n".join(msg["content"]["traceback"]))
-
+        output = CellOutput()
         try:
             c.wait_for_ready(timeout=WAIT)
-            reply = c.execute_interactive(code, output_hook=hook, timeout=WAIT)
+            reply = c.execute_interactive(code, output_hook=output, timeout=WAIT)
         finally:
             c.stop_channels()
-        assert reply["content"]["status"] == "ok", "".join(err)
-        return "".join(out)
+        return output.result(reply)
 
     def pause(self, sid: str) -> dict:
         code, body = self.api("POST", f"gpu-pause/api/sessions/{sid}/pause")
