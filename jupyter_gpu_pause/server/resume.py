@@ -15,6 +15,8 @@ from .errors import AgentFailed, BadRequest, NotFound, WrongState
 from .model import Session
 from .operations import DEVICES, Op, checkpoint_brief, gpu_bytes
 
+NONE_VALID = "no checkpoint of this session passed verification"
+
 
 class ResumeMixin:
     async def resume(self, session_id: str, **options) -> Session:
@@ -92,7 +94,7 @@ class ResumeMixin:
         try:
             manifest = await self._first_valid(s, ids, refused)
             if manifest is None:
-                raise AgentFailed("no checkpoint of this session passed verification", "integrity")
+                raise AgentFailed(NONE_VALID, "integrity")
 
             def queued(pos: int) -> None:
                 s.queue_position = pos
@@ -125,7 +127,7 @@ class ResumeMixin:
                     )
                     manifest = await self._first_valid(s, ids, refused)
                     if manifest is None:
-                        raise
+                        raise AgentFailed(NONE_VALID, "integrity") from e
             await self.bridge.attach(s.path, s.name, s.type, s.kernel_name, kid)
         except asyncio.CancelledError:
             await self._resume_undo(s, started)
@@ -138,8 +140,6 @@ class ResumeMixin:
             # Every checkpoint refused: the saved state cannot come back, so say so plainly.
             lost = bool(refused) and getattr(e, "reason", None) == "integrity"
             if refused:
-                if any(r["message"] == text for r in refused):
-                    text = "no checkpoint of this session passed verification"
                 text += " — refused: " + "; ".join(r["message"] for r in refused)
             s.state = "failed"
             s.error = {
