@@ -182,10 +182,7 @@ export class GpuPauseAPI {
    */
   async discard(id: string, deleteCheckpoints = true): Promise<void> {
     const query = { delete_checkpoints: deleteCheckpoints ? 'true' : 'false' };
-    await this._request<null>(
-      'DELETE',
-      this.url(`sessions/${encodeURIComponent(id)}`, query)
-    );
+    await this._request<null>('DELETE', this._sessionUrl(id, undefined, query));
   }
 
   /**
@@ -228,9 +225,13 @@ export class GpuPauseAPI {
     return data.checkpoints;
   }
 
-  private _sessionUrl(id: string, action?: string): string {
+  private _sessionUrl(
+    id: string,
+    action?: string,
+    query: Record<string, string | undefined> = {}
+  ): string {
     const path = `sessions/${encodeURIComponent(id)}`;
-    return this.url(action ? `${path}/${action}` : path);
+    return this.url(action ? `${path}/${action}` : path, query);
   }
 
   private async _request<T>(

@@ -95,22 +95,21 @@ export function addCommands(options: ICommandsOptions): IDisposable {
   const { api, commands, model, tracker, trans } = options;
   let policies: Promise<IPolicy[]> | null = null;
 
+  /** The notebook path a command's arguments name, else the current one. */
+  const pathOf = (args: ReadonlyPartialJSONObject): string | null =>
+    (args as ISessionCommandArgs).path ??
+    (tracker?.currentWidget ? notebookPath(tracker.currentWidget) : null);
+
   /** The session a command's arguments name, as last polled. */
   const known = (args: ReadonlyPartialJSONObject): ISession | null => {
     const a = args as ISessionCommandArgs;
-    if (a.sessionId) {
-      return model.byId(a.sessionId);
-    }
-    const path =
-      a.path ??
-      (tracker?.currentWidget ? notebookPath(tracker.currentWidget) : null);
-    return model.byPath(path);
+    return a.sessionId ? model.byId(a.sessionId) : model.byPath(pathOf(args));
   };
 
   /** Whether a command has a target, and its known state allows it. */
   const allows = (id: string, args: ReadonlyPartialJSONObject): boolean => {
     const a = args as ISessionCommandArgs;
-    if (!a.sessionId && !a.path && !tracker?.currentWidget) {
+    if (!a.sessionId && !pathOf(args)) {
       return false;
     }
     const session = known(args);
@@ -138,9 +137,7 @@ export function addCommands(options: ICommandsOptions): IDisposable {
     if (a.sessionId) {
       return api.getSession(a.sessionId);
     }
-    const path =
-      a.path ??
-      (tracker?.currentWidget ? notebookPath(tracker.currentWidget) : null);
+    const path = pathOf(args);
     if (!path) {
       return null;
     }

@@ -12,31 +12,9 @@ import {
   statusText,
   untranslated
 } from '../format';
-import { ISession } from '../tokens';
+import { makeSession } from './sessions';
 
 const NOW = Date.parse('2026-12-02T10:00:00Z');
-
-function session(overrides: Partial<ISession>): ISession {
-  return {
-    id: 's1',
-    path: 'exp/train.ipynb',
-    type: 'notebook',
-    kernel_id: 'k1',
-    kernel_name: 'python3',
-    state: 'active',
-    idle_seconds: null,
-    last_activity: null,
-    pause_at: null,
-    policy: null,
-    gpu: null,
-    checkpoint: null,
-    progress: null,
-    queue_position: null,
-    error: null,
-    message: null,
-    ...overrides
-  };
-}
 
 describe('format', () => {
   it('writes sizes in decimal units like the server, GPU memory in GiB', () => {
@@ -66,7 +44,7 @@ describe('format', () => {
   it.each([
     [
       'an idle kernel holding a GPU',
-      session({
+      makeSession({
         state: 'idle',
         idle_seconds: 720,
         gpu: {
@@ -80,7 +58,7 @@ describe('format', () => {
     ],
     [
       'an idle kernel a policy will pause',
-      session({
+      makeSession({
         state: 'idle',
         idle_seconds: 60,
         pause_at: '2026-12-02T10:04:05Z'
@@ -89,7 +67,7 @@ describe('format', () => {
     ],
     [
       'a paused session',
-      session({
+      makeSession({
         state: 'paused',
         kernel_id: null,
         checkpoint: {
@@ -104,12 +82,12 @@ describe('format', () => {
     ],
     [
       'a queued resume',
-      session({ state: 'waiting', queue_position: 2 }),
+      makeSession({ state: 'waiting', queue_position: 2 }),
       'Waiting for GPU · #2'
     ],
     [
       'a pause in progress',
-      session({
+      makeSession({
         state: 'pausing',
         progress: { phase: 'writing', done_bytes: 42, total_bytes: 100 }
       }),
@@ -120,7 +98,7 @@ describe('format', () => {
   });
 
   it('shows progress in bytes', () => {
-    const s = session({
+    const s = makeSession({
       state: 'restoring',
       progress: { phase: 'loading', done_bytes: 1.2e9, total_bytes: 6.1e9 }
     });

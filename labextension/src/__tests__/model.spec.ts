@@ -13,30 +13,15 @@ jest.mock('@jupyterlab/services', () => ({
 import { GpuPauseError, SERVER_EXTENSION_MISSING } from '../api';
 import { SessionsModel } from '../model';
 import { IEvent, ISession } from '../tokens';
+import { makeSession } from './sessions';
 
 function session(
   id: string,
   state: ISession['state'],
   path = `${id}.ipynb`
 ): ISession {
-  return {
-    id,
-    path,
-    type: 'notebook',
-    kernel_id: state === 'paused' ? null : `k-${id}`,
-    kernel_name: 'python3',
-    state,
-    idle_seconds: null,
-    last_activity: null,
-    pause_at: null,
-    policy: null,
-    gpu: null,
-    checkpoint: null,
-    progress: null,
-    queue_position: null,
-    error: null,
-    message: null
-  };
+  const kernel_id = state === 'paused' ? null : `k-${id}`;
+  return makeSession({ id, path, state, kernel_id });
 }
 
 function event(time: string, type: string, id = 'a'): IEvent {
