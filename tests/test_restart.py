@@ -241,3 +241,32 @@ def test_sessions_running_at_shutdown_after_a_restart(server):
     # And it resumes from that checkpoint (the later change is, as the message says, lost)
     back = server.resume(cycled["id"])
     assert server.run(back["kernel_id"], READBACK).strip() == "45.0 hi"
+
+
+def test_unreadable_records_make_the_api_say_so_and_change_nothing(server):
+    # Given a records database that is not a database (a disk fault, a bad copy)
+    db = server.tmp / "records.sqlite"
+    garbage = b"not a sqlite file\n" * 64
+    db.write_bytes(garbage)
+
+    # When the server starts
+    server.start()
+
+    # Then every call of our API answers 503 naming the records, instead of an empty list
+    # that would tell users their paused sessions are gone
+    code, body = server.api("GET", "gpu-pause/api/sessions")
+    assert code == 503, body
+    assert body["reason"] == "not-started"
+    assert "could not load its records" in body["message"] and "db_path" in body["message"]
+    code, body = server.api("POST", "gpu-pause/api/sessions/0123abcd/pause")
+    assert code == 503 and body["reason"] == "not-started"
+
+    # And Jupyter itself keeps working: notebooks still open and run
+    notebook = {"path": "nb.ipynb", "type": "notebook", "kernel": {"name": "python3"}}
+    code, js = server.api("POST", "api/sessions", notebook)
+    assert code == 201, js
+    assert server.run(js["kernel"]["id"], "print(6 * 7)").strip() == "42"
+
+    # And the records file is left exactly as it was, for an administrator to inspect
+    assert db.read_bytes() == garbage
+    assert "could not load the records" in server.log_tail()

@@ -192,7 +192,18 @@ class GpuPauseApp(ExtensionApp):
         self.handlers.extend(handlers())
 
     async def _start_jupyter_server_extension(self, serverapp):
-        await self.lifecycle.start()
+        try:
+            await self.lifecycle.start()
+        except Exception:
+            # Jupyter itself keeps serving notebooks; our API answers 503 saying why, and
+            # nothing is paused automatically on records we could not read.
+            self.log.critical(
+                "jupyter_gpu_pause: could not load the records at %s; its API is unavailable "
+                "and no idle policy runs until this is fixed",
+                self.db_path,
+                exc_info=True,
+            )
+            return
         self.monitor.start()
 
     async def stop_extension(self):

@@ -32,6 +32,13 @@ class WrongState(GpuPauseError):
     reason = "wrong-state"
 
 
+class Unavailable(GpuPauseError):
+    """The extension could not load its records at startup; nothing it would answer is true."""
+
+    status = 503
+    reason = "not-started"
+
+
 class AgentFailed(GpuPauseError):
     """The agent inside the kernel reported an error; the kernel itself is fine."""
 

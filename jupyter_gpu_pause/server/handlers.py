@@ -33,6 +33,7 @@ def _maps_errors(method):
     @functools.wraps(method)
     async def wrapper(self, *args, **kwargs):
         try:
+            await self.lifecycle.wait_started()
             return await method(self, *args, **kwargs)
         except GpuPauseError as e:
             raise _ApiError(e) from e

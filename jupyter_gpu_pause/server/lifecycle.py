@@ -17,7 +17,7 @@ from ..store.format import new_checkpoint_id
 from ..units import size_text
 from .capacity import CapacityProvider
 from .checkpoints import Checkpoints
-from .errors import AgentFailed, GpuPauseError, KernelDied, NotFound, WrongState
+from .errors import AgentFailed, GpuPauseError, KernelDied, NotFound, Unavailable, WrongState
 from .kernels import KernelBridge
 from .model import RUNNING, Session, gpu_device_count
 from .operations import Op, checkpoint_brief
@@ -61,16 +61,37 @@ class Lifecycle(ResumeMixin):
         self._admission = asyncio.Lock()
         # set by the monitor: is a person's cell running? (our agent's requests excluded)
         self.user_busy = None
+        # Jupyter serves requests before extensions finish starting; until the records are
+        # loaded, an empty session list would tell a user their paused work is gone.
+        self._started = asyncio.Event()
+        self._refreshing = asyncio.Lock()
+        self.start_error: str | None = None
 
     # -- startup, sync -----------------------------------------------------------------------
     async def start(self) -> None:
         """Load records and repair what a stopped server left half-done."""
-        for s in await self.records.load_sessions():
-            self.sessions[s.id] = s
-            if s.state in ("waiting", "restoring"):
-                s.state, s.message = "paused", "Resume was interrupted by a server restart"
-                await self.records.save(s)
-        await self.refresh()
+        try:
+            for s in await self.records.load_sessions():
+                self.sessions[s.id] = s
+                if s.state in ("waiting", "restoring"):
+                    s.state, s.message = "paused", "Resume was interrupted by a server restart"
+                    await self.records.save(s)
+            await self.refresh()
+        except Exception as e:
+            self.start_error = f"{type(e).__name__}: {e}"
+            raise
+        finally:
+            self._started.set()
+
+    async def wait_started(self) -> None:
+        """Hold a request until the records are loaded; refuse every one if loading failed."""
+        await self._started.wait()
+        if self.start_error:
+            raise Unavailable(
+                f"jupyter_gpu_pause could not load its records ({self.start_error}); "
+                "no session was changed. An administrator must fix the records database "
+                "(GpuPauseApp.db_path) and restart the server",
+            )
 
     async def stop(self) -> None:
         """Cancel what can still be cancelled; give the rest a bounded time to finish."""
@@ -83,6 +104,12 @@ class Lifecycle(ResumeMixin):
 
     async def refresh(self) -> None:
         """Track every Jupyter session's kernel; settle records whose kernel has gone."""
+        # The monitor and every GET call this; two passes interleaving at their awaits would
+        # each register the same new kernel (a duplicate row) or settle one session twice.
+        async with self._refreshing:
+            await self._refresh()
+
+    async def _refresh(self) -> None:
         live = await self.bridge.jupyter_sessions()
         by_kernel = {s.kernel_id: s for s in self.sessions.values() if s.kernel_id}
         busy_kernels = {op.kernel_id for op in self._ops.values() if op.kernel_id}
@@ -134,8 +161,8 @@ class Lifecycle(ResumeMixin):
     async def _kernel_gone(self, s: Session) -> None:
         """The kernel ended outside a pause: keep a record only if a checkpoint exists."""
         if not s.checkpoint:
-            del self.sessions[s.id]
-            await self.records.delete(s.id)
+            if self.sessions.pop(s.id, None) is not None:  # a cull and a refresh may both see it
+                await self.records.delete(s.id)
             return
         s.state, s.kernel_id, s.gpu_devices_paused = "paused", None, 0  # no pause reclaimed it
         s.message = (
