@@ -26,6 +26,7 @@ from .resume import ResumeMixin
 from .views import session_json
 
 STOP_GRACE = 15.0  # seconds a stopping server waits for in-flight operations
+STARTUP_WAIT = 30.0  # seconds a request waits for the records to load before a 503
 CHECK_TIMEOUT = 30.0  # seconds a dry run may take before the check gives up
 BUSY_GRACE = 1.0  # seconds a check waits for a cell that is just ending (its idle in flight)
 
@@ -85,7 +86,13 @@ class Lifecycle(ResumeMixin):
 
     async def wait_started(self) -> None:
         """Hold a request until the records are loaded; refuse every one if loading failed."""
-        await self._started.wait()
+        try:
+            await asyncio.wait_for(self._started.wait(), STARTUP_WAIT)
+        except asyncio.TimeoutError:
+            raise Unavailable(
+                f"jupyter_gpu_pause is still loading its records after {STARTUP_WAIT:.0f} s "
+                "(GpuPauseApp.db_path on a slow disk?); try again shortly",
+            ) from None
         if self.start_error:
             raise Unavailable(
                 f"jupyter_gpu_pause could not load its records ({self.start_error}); "
