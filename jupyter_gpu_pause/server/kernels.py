@@ -21,6 +21,7 @@ from ..kernel.agent import MIME_PROGRESS, MIME_RESULT
 from .errors import AgentFailed, KernelDied, WrongState
 
 WATCH_INTERVAL = 0.5
+READY_TIMEOUT = 60.0  # seconds a kernel may take to answer kernel_info before the agent runs
 
 
 def _pid(kernel) -> int | None:
@@ -144,8 +145,17 @@ class KernelBridge:
             if MIME_RESULT in data:
                 result["reply"] = data[MIME_RESULT]
 
-        run = asyncio.ensure_future(
-            client.execute_interactive(
+        async def execute():
+            # A new client's IOPub subscription reaches the kernel a moment after connecting;
+            # what the kernel publishes before then is dropped, and execute_interactive would
+            # wait forever for an idle status it never sees. wait_for_ready returns only once
+            # a kernel_info round trip has also been seen on IOPub.
+            try:
+                await client.wait_for_ready(timeout=READY_TIMEOUT)
+            except RuntimeError as e:
+                text = f"the kernel did not become ready ({e})"
+                raise AgentFailed(text, "kernel-not-ready") from e
+            await client.execute_interactive(
                 code,
                 silent=True,
                 store_history=False,
@@ -153,7 +163,8 @@ class KernelBridge:
                 output_hook=hook,
                 timeout=None,
             )
-        )
+
+        run = asyncio.ensure_future(execute())
         watch = asyncio.ensure_future(self._watch(kernel_id, pid))
         self._agent_calls[kernel_id] = self._agent_calls.get(kernel_id, 0) + 1
         try:
