@@ -1,4 +1,4 @@
-"""Byte sizes as people read them, the same in the kernel, the server and the CLI."""
+"""Sizes and counts as people read them, the same in the kernel, the server and the CLI."""
 
 from __future__ import annotations
 
@@ -10,3 +10,8 @@ def size_text(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1000
     return f"{n} B"
+
+
+def count_text(n: int, noun: str) -> str:
+    """``1 object``, ``3 objects``: messages end up in notifications people read."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"

@@ -77,6 +77,7 @@ async def test_pause_then_resume_restores_the_notebook(lab, jp_root_dir, store_d
     assert [x["name"] for x in ck["skipped_objects"]] == ["gen"]
     assert "generator" in ck["skipped_objects"][0]["reason"]
     assert "gen" in paused["message"]
+    assert f"{ck['objects']} objects saved" in paused["message"], paused["message"]
     manifests = list((store_dir / "v1" / "sessions" / s["id"]).glob("*.json"))
     assert [m.stem for m in manifests] == [ck["id"]]
     (event,) = await lab.events(s["id"], "paused")
@@ -89,6 +90,7 @@ async def test_pause_then_resume_restores_the_notebook(lab, jp_root_dir, store_d
     assert resumed["state"] in ("active", "idle"), resumed
     new_kid = resumed["kernel_id"]
     assert new_kid and new_kid != kid and resumed["id"] == s["id"]
+    assert f"Restored {ck['objects']} objects from checkpoint" in resumed["message"]
 
     # Then the notebook's Jupyter session points at the new kernel, in the same directory
     r = await lab.fetch("api", "sessions")
@@ -207,3 +209,38 @@ async def test_pause_from_inside_the_notebook(lab, store_dir):
     paused = await lab.wait_state(s["id"])
     assert paused["state"] == "paused" and not lab.kernel_alive(s["kernel_id"])
     assert paused["checkpoint"]["objects"] >= 10
+
+
+async def test_one_variable_is_counted_as_one_object(lab):
+    # Given a notebook holding a single variable
+    s = await lab.open_notebook()
+    await lab.run(s["kernel_id"], "w = list(range(1000))")
+    # When it is paused, then resumed
+    await lab.api("POST", f"sessions/{s['id']}/pause")
+    paused = await lab.wait_state(s["id"])
+    await lab.api("POST", f"sessions/{s['id']}/resume")
+    resumed = await lab.wait_state(s["id"])
+    # Then the messages a user reads count it in the singular
+    assert paused["checkpoint"]["objects"] == 1
+    assert ", 1 object saved" in paused["message"], paused["message"]
+    assert "Restored 1 object from checkpoint" in resumed["message"], resumed["message"]
+    assert (await lab.run(resumed["kernel_id"], "print(sum(w))")).strip() == "499500"
+
+
+async def test_a_small_notebook_pauses_and_resumes_again_and_again(lab):
+    # Given a notebook whose restore finishes within milliseconds of its kernel starting (the
+    # agent's answer then races the new client's IOPub subscription: once, resume hung there)
+    s = await lab.open_notebook()
+    kid = s["kernel_id"]
+    await lab.run(kid, "w = []")
+    for i in range(10):
+        # When it is changed, paused and resumed, round after round
+        await lab.run(kid, f"w.append({i})")
+        await lab.api("POST", f"sessions/{s['id']}/pause")
+        assert (await lab.wait_state(s["id"], timeout=30))["state"] == "paused"
+        await lab.api("POST", f"sessions/{s['id']}/resume")
+        back = await lab.wait_state(s["id"], timeout=30)
+        # Then every round comes back, with the state of that round
+        assert back["state"] in ("active", "idle"), back
+        kid = back["kernel_id"]
+        assert (await lab.run(kid, "print(w)")).strip() == str(list(range(i + 1)))

@@ -13,7 +13,7 @@ import json
 import time
 
 from ..store import IntegrityError, Store, StoreError
-from ..units import size_text
+from ..units import count_text, size_text
 from . import api
 from .capture import CaptureError, environment, make_plan, write_plan
 from .restore import RestoreError, load_blobs, restore_objects
@@ -129,7 +129,8 @@ class CheckReport(dict):
     """The answer of ``gp.check()``: a dict that prints as a readable table."""
 
     def __repr__(self) -> str:
-        lines = [f"A pause would save {len(self['objects'])} objects, {size_text(self['bytes'])}:"]
+        n = count_text(len(self["objects"]), "object")
+        lines = [f"A pause would save {n}, {size_text(self['bytes'])}:"]
         for o in self["objects"]:
             flag = " (registered)" if o.get("required") else ""
             lines.append(f"  {o['name']:<24} {size_text(o['bytes']):>10}{flag}")

@@ -14,7 +14,7 @@ import posixpath
 
 from ..store import IntegrityError, StoreError
 from ..store.format import new_checkpoint_id
-from ..units import size_text
+from ..units import count_text, size_text
 from .capacity import CapacityProvider
 from .checkpoints import Checkpoints
 from .errors import AgentFailed, GpuPauseError, KernelDied, NotFound, Unavailable, WrongState
@@ -406,7 +406,7 @@ class Lifecycle(ResumeMixin):
         skipped = manifest.doc["skipped"]
         s.message = (
             f"Paused — {size_text(manifest.total_bytes)}, "
-            f"{len(manifest.doc['objects'])} objects saved"
+            f"{count_text(len(manifest.doc['objects']), 'object')} saved"
             + (f"; not saved: {', '.join(x['name'] for x in skipped)}" if skipped else "")
         )
         await self.records.save(s)

@@ -11,6 +11,7 @@ import asyncio
 
 from ..store import IntegrityError, StoreError
 from ..store.format import check_checkpoint_id
+from ..units import count_text
 from .errors import AgentFailed, BadRequest, NotFound, WrongState
 from .model import Session
 from .operations import DEVICES, Op, checkpoint_brief, gpu_bytes
@@ -160,9 +161,9 @@ class ResumeMixin:
         s.state, s.kernel_id = "active", kid
         s.checkpoint = checkpoint_brief(manifest)
         s.restore = {**report, "refused": refused}
-        failed = report["failed"]
+        failed, restored = report["failed"], count_text(len(report["restored"]), "object")
         s.message = (
-            f"Restored {len(report['restored'])} objects from checkpoint {manifest.id}"
+            f"Restored {restored} from checkpoint {manifest.id}"
             + (f"; not restored: {', '.join(f['name'] for f in failed)}" if failed else "")
             + (f"; {len(refused)} newer checkpoint(s) refused" if refused else "")
         )

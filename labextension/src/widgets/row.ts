@@ -169,7 +169,8 @@ export class SessionRow {
     if (!restore?.restored) {
       return '';
     }
-    let text = trans.__(
+    let text = trans._n(
+      'Restored %1 object: %2.',
       'Restored %1 objects: %2.',
       restore.restored.length,
       restore.restored.join(', ')
