@@ -149,7 +149,9 @@ class KernelBridge:
             # A new client's IOPub subscription reaches the kernel a moment after connecting;
             # what the kernel publishes before then is dropped, and execute_interactive would
             # wait forever for an idle status it never sees. wait_for_ready returns only once
-            # a kernel_info round trip has also been seen on IOPub.
+            # a kernel_info round trip has also been seen on IOPub. A running cell would hold
+            # that kernel_info back, so first let it end, as the agent itself would have to.
+            await self.wait_idle(kernel_id)
             try:
                 await client.wait_for_ready(timeout=READY_TIMEOUT)
             except RuntimeError as e:
