@@ -7,7 +7,10 @@
  * `/gpu-pause/api/sessions` and breaks it (that API answers
  * `{"sessions": [...]}`, not a list). So the mock is turned off
  * (`sessions: null`) and this fixture shuts down, after each test, the
- * sessions the test started.
+ * sessions the test started. It also discards, with their checkpoints, the
+ * GPU sessions the test left behind: a retry then starts from the same
+ * empty panel, instead of finding the first attempt's paused notebook at
+ * the same path.
  */
 import { test as base } from '@jupyterlab/galata';
 import type { APIRequestContext } from '@playwright/test';
@@ -26,14 +29,64 @@ async function sessionIds(request: APIRequestContext): Promise<string[]> {
   return sessions.map(session => session.id);
 }
 
+/**
+ * The sessions our server extension tracks, with their states.
+ */
+async function gpuSessions(
+  request: APIRequestContext
+): Promise<{ id: string; state: string }[]> {
+  const response = await request.get('/gpu-pause/api/sessions');
+  if (!response.ok()) {
+    throw new Error(
+      `GET /gpu-pause/api/sessions answered ${response.status()}`
+    );
+  }
+  return (await response.json()).sessions;
+}
+
+const SETTLING = new Set(['pausing', 'waiting', 'restoring']);
+
+/**
+ * Wait (at most 30 s) until none of the given sessions is mid-operation:
+ * the server refuses to discard a session while it pauses or restores.
+ */
+async function settled(
+  request: APIRequestContext,
+  ids: Set<string>
+): Promise<void> {
+  for (let i = 0; i < 150; i++) {
+    const busy = (await gpuSessions(request)).filter(
+      s => ids.has(s.id) && SETTLING.has(s.state)
+    );
+    if (!busy.length) {
+      return;
+    }
+    await new Promise(resolve => setTimeout(resolve, 200));
+  }
+}
+
 export const test = base.extend({
   sessions: async ({ request }, use) => {
     const before = new Set(await sessionIds(request));
+    const gpuBefore = new Set((await gpuSessions(request)).map(s => s.id));
     await use(null);
     for (const id of await sessionIds(request)) {
       if (!before.has(id)) {
         await request.delete(`/api/sessions/${id}`);
       }
+    }
+    // With their kernels shut down, what is left of the test's sessions ends
+    // paused or failed, which DELETE accepts.
+    const left = new Set(
+      (await gpuSessions(request))
+        .map(s => s.id)
+        .filter(id => !gpuBefore.has(id))
+    );
+    await settled(request, left);
+    for (const id of left) {
+      await request.delete(
+        `/gpu-pause/api/sessions/${id}?delete_checkpoints=true`
+      );
     }
   }
 });
