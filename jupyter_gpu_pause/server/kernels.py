@@ -13,6 +13,7 @@ import base64
 import json
 import os
 import posixpath
+import queue
 from collections.abc import Callable
 
 from jupyter_client.asynchronous import AsyncKernelClient
@@ -21,7 +22,31 @@ from ..kernel.agent import MIME_PROGRESS, MIME_RESULT
 from .errors import AgentFailed, KernelDied, WrongState
 
 WATCH_INTERVAL = 0.5
-READY_TIMEOUT = 60.0  # seconds a kernel may take to answer kernel_info before the agent runs
+IOPUB_GRACE = 0.5  # seconds after a shell reply by which its IOPub status arrives, if subscribed
+
+
+def _parent(msg: dict) -> str | None:
+    return msg.get("parent_header", {}).get("msg_id")
+
+
+async def _round_trip(client: AsyncKernelClient) -> None:
+    """Return once a kernel_info request was answered on shell *and* seen on IOPub.
+
+    A new client's IOPub subscription reaches the kernel a moment after connecting; what the
+    kernel publishes before then is dropped, and execute_interactive would wait forever for an
+    idle status it never sees. Unlike jupyter_client's wait_for_ready, this sends a new request
+    only after the previous one was answered: behind a running cell, requests do not pile up.
+    """
+    while True:
+        msg_id = client.kernel_info()
+        while _parent(await client.get_shell_msg()) != msg_id:
+            pass
+        try:
+            while _parent(await client.get_iopub_msg(timeout=IOPUB_GRACE)) != msg_id:
+                pass
+            return
+        except queue.Empty:
+            continue  # not subscribed yet: ask again
 
 
 def _pid(kernel) -> int | None:
@@ -78,6 +103,14 @@ class KernelBridge:
         return None
 
     # -- running the agent -------------------------------------------------------------------
+    def _client(self, kernel_id: str) -> AsyncKernelClient:
+        """A client of our own, its requests marked as not a person's activity."""
+        client = AsyncKernelClient()
+        client.load_connection_info(self.kernel(kernel_id).get_connection_info(session=False))
+        self.agent_sessions.add(client.session.session)
+        client.start_channels()
+        return client
+
     async def wait_idle(self, kernel_id: str, interval: float = 0.2) -> None:
         """Return once the kernel has finished its running cell (the only thing that waits)."""
         while self.execution_state(kernel_id) == "busy":
@@ -128,10 +161,7 @@ class KernelBridge:
         pid = _pid(kernel)
         arg = base64.b64encode(json.dumps(params).encode()).decode()
         code = f"__import__('jupyter_gpu_pause.kernel.agent', fromlist=['_']).{func}('{arg}')"
-        client = AsyncKernelClient()
-        client.load_connection_info(kernel.get_connection_info(session=False))
-        self.agent_sessions.add(client.session.session)
-        client.start_channels()
+        client = self._client(kernel_id)
         result: dict = {}
 
         def hook(msg):
@@ -146,17 +176,8 @@ class KernelBridge:
                 result["reply"] = data[MIME_RESULT]
 
         async def execute():
-            # A new client's IOPub subscription reaches the kernel a moment after connecting;
-            # what the kernel publishes before then is dropped, and execute_interactive would
-            # wait forever for an idle status it never sees. wait_for_ready returns only once
-            # a kernel_info round trip has also been seen on IOPub. A running cell would hold
-            # that kernel_info back, so first let it end, as the agent itself would have to.
-            await self.wait_idle(kernel_id)
-            try:
-                await client.wait_for_ready(timeout=READY_TIMEOUT)
-            except RuntimeError as e:
-                text = f"the kernel did not become ready ({e})"
-                raise AgentFailed(text, "kernel-not-ready") from e
+            # Behind a running cell, this waits for it, as the agent itself would have to.
+            await _round_trip(client)
             await client.execute_interactive(
                 code,
                 silent=True,
