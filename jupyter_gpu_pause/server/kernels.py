@@ -103,14 +103,6 @@ class KernelBridge:
         return None
 
     # -- running the agent -------------------------------------------------------------------
-    def _client(self, kernel_id: str) -> AsyncKernelClient:
-        """A client of our own, its requests marked as not a person's activity."""
-        client = AsyncKernelClient()
-        client.load_connection_info(self.kernel(kernel_id).get_connection_info(session=False))
-        self.agent_sessions.add(client.session.session)
-        client.start_channels()
-        return client
-
     async def wait_idle(self, kernel_id: str, interval: float = 0.2) -> None:
         """Return once the kernel has finished its running cell (the only thing that waits)."""
         while self.execution_state(kernel_id) == "busy":
@@ -161,7 +153,10 @@ class KernelBridge:
         pid = _pid(kernel)
         arg = base64.b64encode(json.dumps(params).encode()).decode()
         code = f"__import__('jupyter_gpu_pause.kernel.agent', fromlist=['_']).{func}('{arg}')"
-        client = self._client(kernel_id)
+        client = AsyncKernelClient()
+        client.load_connection_info(kernel.get_connection_info(session=False))
+        self.agent_sessions.add(client.session.session)
+        client.start_channels()
         result: dict = {}
 
         def hook(msg):

@@ -18,14 +18,21 @@ import type { APIRequestContext } from '@playwright/test';
 export { expect } from '@jupyterlab/galata';
 
 /**
+ * GET a JSON document from the server; a failed request fails the test.
+ */
+async function getJson(request: APIRequestContext, url: string): Promise<any> {
+  const response = await request.get(url);
+  if (!response.ok()) {
+    throw new Error(`GET ${url} answered ${response.status()}`);
+  }
+  return response.json();
+}
+
+/**
  * The ids of the server's Jupyter sessions.
  */
 async function sessionIds(request: APIRequestContext): Promise<string[]> {
-  const response = await request.get('/api/sessions');
-  if (!response.ok()) {
-    throw new Error(`GET /api/sessions answered ${response.status()}`);
-  }
-  const sessions: { id: string }[] = await response.json();
+  const sessions: { id: string }[] = await getJson(request, '/api/sessions');
   return sessions.map(session => session.id);
 }
 
@@ -35,13 +42,7 @@ async function sessionIds(request: APIRequestContext): Promise<string[]> {
 async function gpuSessions(
   request: APIRequestContext
 ): Promise<{ id: string; state: string }[]> {
-  const response = await request.get('/gpu-pause/api/sessions');
-  if (!response.ok()) {
-    throw new Error(
-      `GET /gpu-pause/api/sessions answered ${response.status()}`
-    );
-  }
-  return (await response.json()).sessions;
+  return (await getJson(request, '/gpu-pause/api/sessions')).sessions;
 }
 
 const SETTLING = new Set(['pausing', 'waiting', 'restoring']);
