@@ -93,6 +93,7 @@ async def one_pass_ms(n: int, repeat: int) -> float:
         poll_interval=10,
         gpu_hold_alarm_hours=0,
         capture="namespace",
+        user="bench",
         log=logging.getLogger("bench"),
     )
     mon.tracker.sync = lambda kids: None  # no real IOPub sockets for stand-in kernels

@@ -25,13 +25,18 @@ def store_dir(tmp_path) -> Path:
 
 
 @pytest.fixture
-def gp_config(store_dir, tmp_path) -> dict:
-    """Traits for GpuPauseApp; tests override keys by updating this dict."""
-    return {
+def gp_config(store_dir, tmp_path, request) -> dict:
+    """Traits for GpuPauseApp, set through the server's config as an admin would; a test
+    overrides keys with ``@pytest.mark.gp_config(trait=value)`` or by updating this dict."""
+    config = {
         "store_url": str(store_dir),
         "db_path": str(tmp_path / "records.sqlite"),
         "secret_file": str(tmp_path / "secret"),
     }
+    marker = request.node.get_closest_marker("gp_config")
+    if marker:
+        config.update(marker.kwargs)
+    return config
 
 
 @pytest.fixture

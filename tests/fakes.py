@@ -1,7 +1,14 @@
-"""A GPU probe the tests control (the decision logic is what is under test, not NVML)."""
+"""Test doubles, declared as fakes: a GPU probe the tests control (the decision logic is what
+is under test, not NVML), and parts of Jupyter and backends that fail on demand."""
 
 from __future__ import annotations
 
+import sqlite3
+
+from jupyter_server.services.kernels.kernelmanager import AsyncMappingKernelManager
+from jupyter_server.services.sessions.sessionmanager import SessionManager
+
+from jupyter_gpu_pause.server.capacity import CapacityProvider, Grant
 from jupyter_gpu_pause.server.probes import GpuProbe, GpuUsage
 
 
@@ -13,3 +20,48 @@ class FakeProbe(GpuProbe):
 
     def sample(self, pids_by_key):
         return {k: v for k, v in self.readings.items() if k in pids_by_key and pids_by_key[k]}
+
+
+# -- test doubles for Jupyter's parts and for pluggable backends: faults on demand -------------
+# Each is configured the way an admin configures the real one (a ``*_class`` setting); the test
+# says when it misbehaves through a class attribute. Our own code is never replaced.
+
+
+class StubbornKernelManager(AsyncMappingKernelManager):
+    """jupyter_server's kernel manager, except that kernels in ``refuse`` will not shut down."""
+
+    refuse: set[str] = set()
+
+    async def shutdown_kernel(self, kernel_id, now=False, restart=False):
+        if kernel_id in self.refuse:
+            raise RuntimeError("the kernel provisioner did not confirm the shutdown")
+        return await super().shutdown_kernel(kernel_id, now=now, restart=restart)
+
+
+class FlakySessionManager(SessionManager):
+    """jupyter_server's session manager, except that it cannot record sessions while
+    ``broken`` is set (a full disk under its database, say)."""
+
+    broken = False
+
+    async def create_session(self, *args, **kwargs):
+        if self.broken:
+            raise sqlite3.OperationalError("database or disk is full")
+        return await super().create_session(*args, **kwargs)
+
+    async def update_session(self, session_id, **kwargs):
+        if self.broken:
+            raise sqlite3.OperationalError("database or disk is full")
+        return await super().update_session(session_id, **kwargs)
+
+
+class FailingCapacity(CapacityProvider):
+    """A capacity provider whose backend is down while ``down`` is set."""
+
+    name = "failing"
+    down = True
+
+    async def acquire(self, session_id, gpu_bytes, device, on_queue=None) -> Grant:
+        if self.down:
+            raise ConnectionError("the GPU scheduler at http://127.0.0.1:9/ refused the connection")
+        return Grant()

@@ -67,7 +67,7 @@ async def test_registered_name_that_is_not_defined_fails_the_pause(lab, store_di
 @pytest.fixture
 def tmpfs(store_dir):
     """A real size-limited filesystem at the store path (needs root; CI runs as root)."""
-    store_dir.mkdir(parents=True)
+    store_dir.mkdir(parents=True, exist_ok=True)  # the server made it at start, if it started
 
     def mount(options: str) -> None:
         r = subprocess.run(
@@ -132,11 +132,9 @@ async def test_store_path_that_turned_into_a_file(lab, store_dir):
     assert (await lab.wait_state(s["id"]))["state"] == "paused"
 
 
-@pytest.mark.parametrize("gp_limit", [100_000])
-async def test_max_checkpoint_bytes(lab, store_dir, gp_limit, jp_serverapp):
+@pytest.mark.gp_config(max_checkpoint_bytes=100_000)
+async def test_max_checkpoint_bytes(lab, store_dir):
     # Given an administrator limit far below the notebook's state
-    ext = jp_serverapp.extension_manager.extension_points["jupyter_gpu_pause"].app
-    ext.lifecycle.settings["max_checkpoint_bytes"] = gp_limit
     s = await lab.open_notebook()
     await lab.run(s["kernel_id"], STATE)
     # When the user pauses, it is refused before anything is written

@@ -126,9 +126,9 @@ def gp_config(s3, tmp_path) -> dict:
     return {
         "store_url": f"s3://{BUCKET}/{PREFIX}",
         "store_options": {
+            # No key or secret here: they come from the AWS_* environment (the s3 fixture),
+            # in the server and in every kernel, as the README says credentials should.
             "endpoint_url": s3.endpoint,
-            "key": "x",
-            "secret": "y",
             "skip_instance_cache": True,
             "config_kwargs": {
                 "retries": {"max_attempts": 1},

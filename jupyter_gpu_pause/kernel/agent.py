@@ -1,9 +1,11 @@
-"""Entry points the server runs inside the kernel, and the channel back to it.
+"""The entry point the server runs inside the kernel, and the channel back to it.
 
-The server sends one silent ``execute_request`` whose code calls ``capture`` or ``restore`` with a
-base64 JSON argument. Progress and the final result travel back as display_data messages with our
-own MIME types on IOPub: frontends ignore them (the request is not theirs) and nothing is added to
-the user's namespace or history.
+The server sends one silent ``execute_request`` whose code calls ``call`` with a base64 JSON
+request ``{"protocol", "func", "params"}``; ``func`` is ``capture``, ``restore`` or ``check``.
+Progress and the final result travel back as display_data messages with our own MIME types on
+IOPub: frontends ignore them (the request is not theirs) and nothing is added to the user's
+namespace or history. Every result carries the protocol and package version, so a kernel whose
+environment has another version of this package is told apart from a broken one.
 """
 
 from __future__ import annotations
@@ -20,6 +22,9 @@ from .restore import RestoreError, load_blobs, restore_objects
 
 MIME_PROGRESS = "application/vnd.jupyter-gpu-pause.progress+json"
 MIME_RESULT = "application/vnd.jupyter-gpu-pause.result+json"
+# The shape of requests and results; bumped whenever either changes. The server refuses a reply
+# of another protocol, the agent a request of another protocol, each saying which versions met.
+PROTOCOL = 2
 
 
 def _shell():
@@ -50,14 +55,45 @@ class _Progress:
             _publish(MIME_PROGRESS, {"phase": phase, "done_bytes": done, "total_bytes": total})
 
 
-def _decode(arg: str) -> dict:
-    return json.loads(base64.b64decode(arg))
+def _version() -> str:
+    from .. import __version__
+
+    return __version__
+
+
+def _reply(body: dict) -> None:
+    _publish(MIME_RESULT, {"protocol": PROTOCOL, "version": _version(), **body})
+
+
+def _ok(result: dict) -> None:
+    _reply({"ok": True, "result": result})
 
 
 def _fail(message: str, reason: str, check: str | None = None) -> None:
-    _publish(
-        MIME_RESULT, {"ok": False, "error": {"message": message, "reason": reason, "check": check}}
-    )
+    _reply({"ok": False, "error": {"message": message, "reason": reason, "check": check}})
+
+
+def call(arg: str) -> None:
+    """Run one request of the server; always publishes exactly one result."""
+    try:
+        request = json.loads(base64.b64decode(arg))
+        protocol, func, params = request["protocol"], request["func"], request["params"]
+    except Exception as e:
+        return _fail(f"the agent could not read the server's request ({e!r})", "agent-protocol")
+    if protocol != PROTOCOL:
+        return _fail(
+            f"the kernel's environment has jupyter_gpu_pause {_version()} (agent protocol "
+            f"{PROTOCOL}) but the server speaks protocol {protocol!r}; install the server's "
+            "version of jupyter_gpu_pause in the kernel's environment",
+            "agent-version",
+        )
+    entry = {"capture": capture, "restore": restore, "check": check}.get(func)
+    if entry is None:
+        return _fail(f"the agent has no function {func!r}", "agent-protocol")
+    try:
+        entry(params)
+    except Exception as e:  # never leave the server waiting for an answer
+        _fail(f"{func} failed: {type(e).__name__}: {e}", "agent-error")
 
 
 def _plan(mode: str):
@@ -67,9 +103,8 @@ def _plan(mode: str):
     return make_plan(shell.user_ns, shell.user_ns_hidden, list(reg.names), mode, hooks)
 
 
-def capture(arg: str) -> None:
+def capture(params: dict) -> None:
     """Run on_pause hooks, plan, check the size limit, write blobs; publish the result."""
-    params = _decode(arg)
     try:
         for fn in list(api.REGISTRY.on_pause):
             fn()
@@ -85,25 +120,26 @@ def capture(arg: str) -> None:
         result = write_plan(plan, store, progress=_Progress(), verify=params.get("verify", True))
         result["kernel"], result["origin"] = environment()
         result["registered"] = api.registered()
-        _publish(MIME_RESULT, {"ok": True, "result": result})
     except CaptureError as e:
         _fail(str(e), e.reason)
     except StoreError as e:
         _fail(f"the store could not be written: {e}", "store")
     except Exception as e:  # a hook or an object misbehaved: report it, change nothing
         _fail(f"capture failed: {type(e).__name__}: {e}", "agent-error")
+    else:
+        _ok(result)
 
 
-def restore(arg: str) -> None:
+def restore(params: dict) -> None:
     """Check all blobs, rebuild objects into the namespace, run on_restore hooks; publish report."""
-    params = _decode(arg)
     doc = params["manifest"]
+    cid = doc.get("checkpoint_id")
     try:
         store = Store(params["store_url"], params.get("store_options") or {})
         blobs = load_blobs(doc, store, progress=_Progress())
         report = restore_objects(doc, blobs, _shell().user_ns, params.get("device", "any"))
     except IntegrityError as e:
-        return _fail(f"checkpoint {doc['checkpoint_id']} was refused: {e}", "integrity", e.check)
+        return _fail(f"checkpoint {cid} was refused: {e}", "integrity", e.check)
     except RestoreError as e:
         return _fail(str(e), e.reason)
     except StoreError as e:
@@ -122,7 +158,7 @@ def restore(arg: str) -> None:
                 {"name": f"on_restore hook {getattr(fn, '__name__', fn)!s}", "reason": repr(e)}
             )
     api.REGISTRY.last_restore = report
-    _publish(MIME_RESULT, {"ok": True, "result": report})
+    _ok(report)
 
 
 class CheckReport(dict):
@@ -159,12 +195,11 @@ def dry_run(mode: str = "namespace") -> CheckReport:
     return CheckReport(objects=objects, skipped=plan.skipped, bytes=plan.total_bytes, error=None)
 
 
-def check(arg: str) -> None:
+def check(params: dict) -> None:
     """The dry run, for the server: published as a result (idle warnings, the check endpoint)."""
-    params = _decode(arg)
     try:
         report = dict(dry_run(params.get("capture", "namespace")))
         report["registered"] = api.registered()
     except Exception as e:
         return _fail(f"check failed: {type(e).__name__}: {e}", "agent-error")
-    _publish(MIME_RESULT, {"ok": True, "result": report})
+    _ok(report)

@@ -12,7 +12,8 @@ import re
 import urllib.error
 import urllib.request
 
-_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+from ..store.schema import is_variable_name
+from .capability import authorization
 
 
 class _Registry:
@@ -33,7 +34,7 @@ def register(*names: str) -> list[str]:
     variable exists is fine.
     """
     for n in names:
-        if not isinstance(n, str) or not _IDENT.match(n):
+        if not is_variable_name(n):
             raise ValueError(f"{n!r} is not a variable name")
     for n in names:
         if n not in REGISTRY.names:
@@ -89,18 +90,42 @@ def _kernel_id() -> str:
     return m.group(1)
 
 
+def _kernel_key() -> bytes:
+    """The HMAC key of this kernel's own connection (what the capability is derived from)."""
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    kernel = getattr(shell, "kernel", None)
+    if kernel is None:
+        raise RuntimeError("gp.pause() and gp.session() work inside a Jupyter kernel only")
+    key = kernel.session.key
+    if not key:
+        raise RuntimeError(
+            "this kernel's connection has no signing key, so it cannot prove which kernel it is"
+        )
+    return key
+
+
 def _server_call(method: str, path: str, body: dict | None = None) -> dict:
+    """Call this kernel's own endpoints (``gpu-pause/api/kernel/…``) with its capability.
+
+    The kernel holds no server token: the capability lets it read and pause its own session
+    and nothing else (see ``capability.py``).
+    """
     base = os.environ.get("JUPYTER_GPU_PAUSE_URL")
-    token = os.environ.get("JUPYTER_GPU_PAUSE_TOKEN", "")
     if not base:
         raise RuntimeError(
             "this kernel was not started by a Jupyter server with jupyter_gpu_pause enabled"
         )
+    kernel_id = _kernel_id()
     req = urllib.request.Request(
-        base.rstrip("/") + "/gpu-pause/api/" + path,
+        base.rstrip("/") + "/gpu-pause/api/kernel/" + path,
         method=method,
         data=None if body is None else json.dumps(body).encode(),
-        headers={"Authorization": f"token {token}", "Content-Type": "application/json"},
+        headers={
+            "Authorization": authorization(_kernel_key(), kernel_id),
+            "Content-Type": "application/json",
+        },
     )
     try:
         with urllib.request.urlopen(req, timeout=30) as r:
@@ -111,16 +136,15 @@ def _server_call(method: str, path: str, body: dict | None = None) -> dict:
         except ValueError:
             message = None
         raise RuntimeError(message or f"the server answered {e.code}") from None
+    except urllib.error.URLError as e:
+        raise RuntimeError(f"cannot reach the Jupyter server at {base}: {e.reason}") from None
 
 
 def session() -> dict:
     """This kernel's session as the server sees it (state, checkpoint, message)."""
-    found = _server_call("GET", f"sessions?kernel_id={_kernel_id()}")["sessions"]
-    if not found:
-        raise RuntimeError("the server knows no notebook session for this kernel")
-    return found[0]
+    return _server_call("GET", "session")
 
 
 def pause() -> dict:
     """Ask the server to pause this kernel's session once the running cell has finished."""
-    return _server_call("POST", f"sessions/{session()['id']}/pause", {})
+    return _server_call("POST", "pause", {})

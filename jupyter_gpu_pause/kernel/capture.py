@@ -16,10 +16,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from ..store import Store, blob_hash
+from ..store.schema import HOOKS_OBJECT
 from .pickling import RefTable, dump_segment
 
 IPYTHON_NAMES = frozenset({"In", "Out", "exit", "quit", "get_ipython"})
-HOOKS_OBJECT = "__jupyter_gpu_pause_hooks__"
+MAX_REASON = 500  # characters of an exception's first line kept as the reason of a skip
 
 
 class CaptureError(Exception):
@@ -44,14 +45,15 @@ class Plan:
         return sum(o["bytes"] for o in self.objects)
 
 
-def _is_internal(name: str, value, hidden: dict) -> bool:
-    if name in IPYTHON_NAMES or name.startswith("_"):
+def _is_internal(name, value, hidden: dict) -> bool:
+    if not isinstance(name, str) or name in IPYTHON_NAMES or name.startswith("_"):
         return True
     return name in hidden and hidden[name] is value
 
 
 def _describe_error(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    text = text if len(text) <= MAX_REASON else text[: MAX_REASON - 1] + "…"
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
@@ -69,13 +71,15 @@ def make_plan(
                 f"'{name}' is registered but not defined in the notebook", "registered-missing"
             )
     names = [(n, True) for n in registered]
-    if mode == "namespace":
-        names += [
-            (n, False)
-            for n, v in list(user_ns.items())
-            if n not in registered and not _is_internal(n, v, hidden)
-        ]
     plan = Plan()
+    if mode == "namespace":
+        for n, v in list(user_ns.items()):
+            if n in registered or _is_internal(n, v, hidden):
+                continue
+            if n.isidentifier():
+                names.append((n, False))
+            else:  # set through globals(): it could not be restored as a variable anyway
+                plan.skipped.append({"name": repr(n)[:200], "reason": "not a variable name"})
     memo: dict = {}
     for name, required in names:
         value = user_ns[name]

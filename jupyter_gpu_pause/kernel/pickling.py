@@ -102,7 +102,11 @@ class NamespacePickler(cloudpickle.Pickler):
                 return ("storage", self.refs.storage_ref(obj), None)
         np = _numpy()
         if np is not None and type(obj) is np.ndarray and obj.nbytes >= ARRAY_BLOB_MIN_BYTES:
-            if not obj.dtype.hasobject and (obj.flags.c_contiguous or obj.flags.f_contiguous):
+            # A plain dtype (its descr is one text); structured and sub-array dtypes, and
+            # object arrays, go through pickle with the rest of the graph.
+            plain = obj.dtype.fields is None and obj.dtype.subdtype is None
+            contiguous = obj.flags.c_contiguous or obj.flags.f_contiguous
+            if plain and not obj.dtype.hasobject and contiguous:
                 return ("array", self.refs.array_ref(obj))
         return None
 

@@ -7,19 +7,35 @@ still in flight.
 
 from __future__ import annotations
 
+import getpass
 import os
+import re
 
 from jupyter_core.paths import jupyter_data_dir
 from jupyter_server.extension.application import ExtensionApp
-from traitlets import Bool, Dict, Enum, Float, Int, List, Type, Unicode, default, validate
+from traitlets import (
+    Bool,
+    Dict,
+    Enum,
+    Float,
+    Int,
+    List,
+    TraitError,
+    Type,
+    Unicode,
+    default,
+    validate,
+)
 
-from ..store import Signer, Store
+from ..store.keyfile import KeyFileError
 from .capacity import CapacityProvider, UnlimitedCapacity
 from .checkpoints import Checkpoints
+from .config import ConfigError, check_db_path, check_known_keys, check_secret_file, check_store
 from .handlers import handlers
 from .kernels import KernelBridge
 from .lifecycle import Lifecycle
 from .monitor import Monitor
+from .operations import PauseSettings
 from .policy import DEFAULT_POLICIES, PolicyError, parse_policies
 from .probes import GpuProbe, NvmlProbe
 from .records import Records
@@ -45,8 +61,12 @@ class GpuPauseApp(ExtensionApp):
         return _data("store")
 
     store_options = Dict(
-        help="fsspec storage options for store_url, e.g. {'endpoint_url': 'http://…'}. "
-        "Default: {} (credentials from the environment)."
+        help="fsspec storage options for store_url, e.g. {'endpoint_url': 'http://…'}: only "
+        "options that filesystem takes, and no credentials (the options are sent to every "
+        "kernel, which runs user code; a key, secret, token or password here stops the "
+        "server). Credentials come from the filesystem's own chain in the server's "
+        "environment (for S3: AWS_* variables, AWS_PROFILE, an instance or pod role). "
+        "Default: {}."
     ).tag(config=True)
 
     db_path = Unicode(
@@ -59,7 +79,10 @@ class GpuPauseApp(ExtensionApp):
         return _data("gpu_pause.sqlite")
 
     secret_file = Unicode(
-        help="HMAC key that signs checkpoint manifests; created with mode 0600 when missing. "
+        help="HMAC key that signs checkpoint manifests. Created (mode 0600) when missing and "
+        "the store holds no checkpoint; a key readable by others stops the server. When it "
+        "is missing while the store holds signed checkpoints, no new key is made: nothing is "
+        "paused or resumed, and every affected session says so, until the file is restored. "
         "Default: {jupyter_data_dir}/gpu_pause/secret."
     ).tag(config=True)
 
@@ -82,7 +105,8 @@ class GpuPauseApp(ExtensionApp):
         Dict(),
         default_value=DEFAULT_POLICIES,
         help="Idle policies, first match wins; a session matching none is never acted on. "
-        "Each: {'name', 'match': {'kernel_name': glob, 'uses_gpu': bool, 'user': glob}, "
+        "Each: {'name', 'match': {'kernel_name': glob, 'uses_gpu': bool, 'user': glob on the "
+        "server's owner ($JUPYTERHUB_USER under JupyterHub, else the OS user)}, "
         "'idle_timeout': s, 'warn_before': s, 'action': 'pause'|'cull'|'warn'|'none', "
         "'gpu_idle_below': %, 'count_connected': bool, 'max_keepalive': s}. Default: "
         "GPU-holding kernels pause after 3600 s idle, warned 300 s before. [] turns it off.",
@@ -108,24 +132,19 @@ class GpuPauseApp(ExtensionApp):
         "Default: UnlimitedCapacity (resume at once).",
     ).tag(config=True)
 
-    resume_timeout = Float(
-        3600.0,
-        help="Longest wait in seconds for capacity before a resume fails (state stays "
-        "restorable). Default: 3600. 0 means wait forever.",
-    ).tag(config=True)
-
-    retention = Dict(
-        default_value={"keep_last": 3, "max_age_days": 30, "max_total_bytes": 0},
-        help="Checkpoints kept per session; 0 means no limit for that key.",
-    ).tag(config=True)
-
     max_checkpoint_bytes = Int(
         0,
         help="Refuse checkpoints larger than this many bytes, with a clear message. "
         "Default: 0 (no limit). Example: 50_000_000_000.",
     ).tag(config=True)
 
-    webhook_urls = List(Unicode(), help="POST each event as JSON to these URLs.").tag(config=True)
+    kernel_answer_timeout = Float(
+        30.0,
+        help="Seconds a kernel that is not running a cell may take to answer before a pause or "
+        "a dry run gives up on it (the kernel is stuck: a stopped process, a deadlock), "
+        "leaving it untouched. A kernel running a cell is waited for as long as the cell "
+        "runs. Default: 30. Must be > 0.",
+    ).tag(config=True)
 
     verify_blobs = Bool(
         True,
@@ -133,57 +152,131 @@ class GpuPauseApp(ExtensionApp):
         "shut down. Default: True.",
     ).tag(config=True)
 
-    @validate("poll_interval", "resume_timeout", "gpu_hold_alarm_hours")
-    def _non_negative(self, proposal):
-        if proposal["value"] < 0 or (
-            proposal["trait"].name == "poll_interval" and proposal["value"] == 0
-        ):
-            raise ValueError(
-                f"GpuPauseApp.{proposal['trait'].name} must be positive, not {proposal['value']}"
+    @validate("poll_interval", "kernel_answer_timeout")
+    def _positive(self, proposal):
+        if not proposal["value"] > 0:
+            raise TraitError(
+                f"GpuPauseApp.{proposal['trait'].name} = {proposal['value']!r}: must be more "
+                "than 0 seconds"
             )
         return proposal["value"]
 
-    @validate("max_checkpoint_bytes")
-    def _max_bytes(self, proposal):
+    @validate("gpu_hold_alarm_hours", "max_checkpoint_bytes")
+    def _not_negative(self, proposal):
         if proposal["value"] < 0:
-            raise ValueError("GpuPauseApp.max_checkpoint_bytes must be >= 0 (0 = no limit)")
+            raise TraitError(
+                f"GpuPauseApp.{proposal['trait'].name} = {proposal['value']!r}: must be >= 0 "
+                "(0 turns it off)"
+            )
         return proposal["value"]
 
-    def initialize_settings(self):
-        server = self.serverapp
-        # Kernels inherit these, so gp.pause() in a notebook can reach this server.
-        os.environ["JUPYTER_GPU_PAUSE_URL"] = server.connection_url
-        os.environ["JUPYTER_GPU_PAUSE_TOKEN"] = server.identity_provider.token or ""
+    # The services, built by initialize_settings; None until then (or if building failed).
+    lifecycle = None
+    monitor = None
+    records = None
+    _store = None
+    _policies = None
+
+    # -- configuration, checked before Jupyter serves anything ------------------------------
+    def _link_jupyter_server_extension(self, serverapp):
+        """Link, then check every setting; a bad one stops the server, naming it.
+
+        jupyter_server logs an extension that fails to link and goes on, loading it later
+        with none of the admin's settings; so no error may escape this method as a plain
+        exception: it becomes SystemExit, which jupyter_server does not catch.
+        """
         try:
-            policies = parse_policies(self.policies)
+            super()._link_jupyter_server_extension(serverapp)
+            self._check_configuration()
+        except ConfigError as e:
+            self._refuse(str(e))
+        except TraitError as e:
+            self._refuse(self._trait_error(e))
+        except (PolicyError, KeyFileError) as e:
+            self._refuse(str(e))
+        except Exception as e:
+            self._refuse(f"{type(e).__name__}: {e}")
+
+    def _refuse(self, problem: str):
+        message = f"jupyter_gpu_pause: bad configuration: {problem}"
+        self.log.critical(message)
+        raise SystemExit(message)
+
+    def _trait_error(self, e: TraitError) -> str:
+        """Traitlets' message, led by ``GpuPauseApp.<trait> = <value>`` when it names one."""
+        m = re.search(r"The '(\w+)' trait", str(e))
+        if m is None:
+            return str(e)
+        name = m.group(1)
+        section = self.config.get(type(self).__name__, {})
+        value = f" = {section[name]!r}" if name in section else ""
+        return f"GpuPauseApp.{name}{value}: {e}"
+
+    def _check_configuration(self) -> None:
+        check_known_keys(
+            self.config.get(type(self).__name__, {}),
+            set(self.trait_names(config=True)),
+            type(self).__name__,
+        )
+        try:
+            self._policies = parse_policies(self.policies)
         except PolicyError as e:
-            # Refuse to serve with a policy the admin did not mean: stop, naming it.
-            self.log.critical("jupyter_gpu_pause: bad GpuPauseApp.policies: %s", e)
-            raise SystemExit(f"jupyter_gpu_pause: bad GpuPauseApp.policies: {e}") from e
-        store = Store(self.store_url, self.store_options)
+            raise ConfigError(f"GpuPauseApp.policies: {e}") from None
+        self._store = check_store(self.store_url, self.store_options)
+        check_secret_file(self.secret_file)
+        check_db_path(self.db_path)
+        if os.environ.get("JUPYTER_TOKEN"):
+            self.log.warning(
+                "jupyter_gpu_pause: JUPYTER_TOKEN is set in the server's environment, and "
+                "jupyter_server passes its environment to every kernel and terminal: any code "
+                "a notebook runs can read the server's token. Use JUPYTER_TOKEN_FILE or "
+                "c.IdentityProvider.token instead."
+            )
+
+    # -- services -------------------------------------------------------------------------------
+    def initialize_settings(self):
+        try:
+            self._build_services()
+        except Exception as e:
+            self.log.critical("jupyter_gpu_pause could not start", exc_info=True)
+            raise SystemExit(f"jupyter_gpu_pause could not start: {type(e).__name__}: {e}") from e
+
+    def _build_services(self) -> None:
+        server = self.serverapp
+        # Kernels inherit this, so gp.pause() in a notebook can reach this server; the kernel
+        # proves who it is with a capability of its own (kernel/capability.py), never with a
+        # token of the server's. (Versions before 0.2 also put the token here: drop it.)
+        os.environ["JUPYTER_GPU_PAUSE_URL"] = server.connection_url
+        os.environ.pop("JUPYTER_GPU_PAUSE_TOKEN", None)
         self.records = Records(self.db_path)
         self.lifecycle = Lifecycle(
             bridge=KernelBridge(
-                server.kernel_manager, server.session_manager, server.kernel_spec_manager, self.log
+                server.kernel_manager,
+                server.session_manager,
+                server.kernel_spec_manager,
+                self.log,
+                answer_timeout=self.kernel_answer_timeout,
             ),
             records=self.records,
-            checkpoints=Checkpoints(store, Signer.from_file(self.secret_file)),
+            checkpoints=Checkpoints(self._store, self.secret_file),
             capacity=self.capacity_provider_class(parent=self),
-            settings={
-                "store_options": self.store_options,
-                "capture": self.capture,
-                "max_checkpoint_bytes": self.max_checkpoint_bytes,
-                "verify": self.verify_blobs,
-            },
+            settings=PauseSettings(
+                store_url=self._store.url,
+                store_options=dict(self.store_options),
+                capture=self.capture,
+                max_checkpoint_bytes=self.max_checkpoint_bytes,
+                verify=self.verify_blobs,
+            ),
             log=self.log,
         )
         self.monitor = Monitor(
             lifecycle=self.lifecycle,
-            policies=policies,
+            policies=self._policies,
             probe=self.gpu_probe_class(parent=self),
             poll_interval=self.poll_interval,
             gpu_hold_alarm_hours=self.gpu_hold_alarm_hours,
             capture=self.capture,
+            user=server_user(),
             log=self.log,
         )
         self.settings.update({"gpu_pause": self.lifecycle, "gpu_pause_monitor": self.monitor})
@@ -192,6 +285,8 @@ class GpuPauseApp(ExtensionApp):
         self.handlers.extend(handlers())
 
     async def _start_jupyter_server_extension(self, serverapp):
+        if self.lifecycle is None:  # never built: the server is stopping with SystemExit
+            return
         try:
             await self.lifecycle.start()
         except Exception:
@@ -207,6 +302,25 @@ class GpuPauseApp(ExtensionApp):
         self.monitor.start()
 
     async def stop_extension(self):
-        await self.monitor.stop()
-        await self.lifecycle.stop()
-        self.records.close()
+        """Stop what was built, tolerating what never was: stopping must always finish, or
+        jupyter_server never gets to shut the kernels down and exit."""
+        for step, what in (
+            (self.monitor and self.monitor.stop, "the idle monitor"),
+            (self.lifecycle and self.lifecycle.stop, "running operations"),
+        ):
+            if step:
+                try:
+                    await step()
+                except Exception:
+                    self.log.exception("jupyter_gpu_pause: could not stop %s", what)
+        if self.records is not None:
+            try:
+                self.records.close()
+            except Exception:
+                self.log.exception("jupyter_gpu_pause: could not close the records")
+
+
+def server_user() -> str:
+    """Whose server this is, as policies' ``match.user`` sees it: the JupyterHub user when
+    JupyterHub started the server, else the operating-system user running it."""
+    return os.environ.get("JUPYTERHUB_USER") or getpass.getuser()

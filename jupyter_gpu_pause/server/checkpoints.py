@@ -3,6 +3,11 @@
 The server holds the signing key and writes the manifest, always after the agent has written
 and read back every blob; the manifest is then read back and checked before the kernel is
 touched. All store calls run in a thread pool (fsspec and disk I/O block).
+
+The key is created on first use, but never in place of a lost one: when ``secret_file`` is
+missing while the store holds signed checkpoints, nothing is signed or verified (a new key would
+make every old checkpoint unverifiable for good) until the file is back. It is looked for again
+at every pause and resume, so putting it back needs no restart.
 """
 
 from __future__ import annotations
@@ -12,18 +17,53 @@ from functools import partial
 
 from ..store import IntegrityError, Signer, Store
 from ..store.format import Manifest, build_manifest, parse_manifest
+from ..store.keyfile import create_secret, load_secret
+from .errors import KeyMissing
 
 
 class Checkpoints:
-    def __init__(self, store: Store, signer: Signer):
+    def __init__(self, store: Store, secret_file: str):
         self.store = store
-        self.signer = signer
+        self.secret_file = secret_file
+        self.signer: Signer | None = None
+        self.key_problem: str | None = None
+
+    # -- the signing key -------------------------------------------------------------------
+    def _load_key(self) -> str | None:
+        key = load_secret(self.secret_file)
+        if key is None:
+            if self.store.has_checkpoints():
+                return (
+                    f"the signing key {self.secret_file} is missing; the checkpoints in the "
+                    f"store ({self.store.url}) were signed with it and cannot be verified. "
+                    "Nothing can be paused or resumed until it is back: restore the file (or "
+                    "point GpuPauseApp.secret_file at it). jupyter_gpu_pause never makes a new "
+                    "key in its place, since old checkpoints could then never be resumed"
+                )
+            key = create_secret(self.secret_file)
+        self.signer = Signer(key)
+        return None
+
+    async def prepare_key(self) -> str | None:
+        """Load (or, for an empty store, create) the key; the problem in words when it cannot."""
+        if self.signer is None:
+            try:
+                self.key_problem = await self._io(self._load_key)
+            except Exception as e:  # an unreachable store, an unreadable key file
+                self.key_problem = f"the signing key could not be loaded: {e}"
+        return self.key_problem
+
+    async def require_key(self) -> None:
+        """Raise KeyMissing (503) unless manifests can be signed and verified."""
+        if await self.prepare_key():
+            raise KeyMissing(self.key_problem)
 
     async def _io(self, fn, *args, **kwargs):
         return await asyncio.get_running_loop().run_in_executor(None, partial(fn, *args, **kwargs))
 
     # -- writing ---------------------------------------------------------------------------
     def _commit(self, session_id, checkpoint_id, parent, kernel, origin, capture) -> Manifest:
+        assert self.signer is not None  # require_key() ran at admission
         doc = self.signer.sign(
             build_manifest(
                 session_id=session_id,
@@ -47,6 +87,7 @@ class Checkpoints:
         Raises (and removes the manifest) if the read-back fails, so no half-trusted checkpoint
         is ever left for a resume to find.
         """
+        await self.require_key()
         return await self._io(
             self._commit, session_id, checkpoint_id, parent, kernel, origin, capture
         )
@@ -78,6 +119,8 @@ class Checkpoints:
 
     async def verify(self, session_id: str, checkpoint_id: str, deep: bool = False) -> Manifest:
         """Signature, format and blob presence (``deep`` also re-hashes every blob)."""
+        if await self.prepare_key():
+            raise IntegrityError(self.key_problem, "key-missing")
         return await self._io(self._verify, session_id, checkpoint_id, deep)
 
     async def ids(self, session_id: str) -> list[str]:

@@ -27,6 +27,11 @@ class NotFound(GpuPauseError):
     reason = "not-found"
 
 
+class Forbidden(GpuPauseError):
+    status = 403
+    reason = "forbidden"
+
+
 class WrongState(GpuPauseError):
     status = 409
     reason = "wrong-state"
@@ -37,6 +42,13 @@ class Unavailable(GpuPauseError):
 
     status = 503
     reason = "not-started"
+
+
+class KeyMissing(Unavailable):
+    """The signing key is missing while signed checkpoints exist: nothing can be signed or
+    verified until it is back (a new key would leave every old checkpoint unverifiable)."""
+
+    reason = "key-missing"
 
 
 class AgentFailed(GpuPauseError):

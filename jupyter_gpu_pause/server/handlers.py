@@ -1,24 +1,41 @@
 """REST handlers under ``{base_url}gpu-pause/api/``: parse, call one service method, serialize.
 
 Every verb is authenticated and authorized against the resource ``gpu_pause``; domain errors
-become ``{"message", "reason"}`` with their status in one place (``_maps_errors``).
+become ``{"message", "reason"}`` with their status in one place (``_maps_errors``), and every
+other error under the prefix (403, 404 for an unknown path, 405) is the same JSON shape.
+
+The two ``kernel/`` routes are the exception: a kernel calls them for its own session
+(``gp.session()``, ``gp.pause()``) with the capability of ``kernel/capability.py`` instead of a
+user's token, and they can do nothing else.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+from http.client import responses
 
-from jupyter_server.auth.decorator import authorized
+from jupyter_server.auth.decorator import allow_unauthenticated, authorized
 from jupyter_server.base.handlers import APIHandler
 from jupyter_server.extension.handler import ExtensionHandlerMixin
 from tornado import web
 
+from ..kernel.capability import parse_authorization
 from ..store.format import iso, parse_iso
-from .errors import BadRequest, GpuPauseError
+from .errors import BadRequest, Forbidden, GpuPauseError, NotFound
 
 AUTH_RESOURCE = "gpu_pause"
-SID = r"(?P<session_id>[0-9a-fA-F-]{1,64})"
+# Any segment: an id that is not a session's answers 404 unknown-session, in JSON.
+SID = r"(?P<session_id>[^/]+)"
+# The reason code of an error the server raised itself, by status.
+_REASONS = {
+    400: "bad-request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not-found",
+    405: "method-not-allowed",
+    503: "not-started",
+}
 
 
 class _ApiError(web.HTTPError):
@@ -64,12 +81,25 @@ class BaseHandler(ExtensionHandlerMixin, APIHandler):
         return self.settings["gpu_pause"]
 
     def write_error(self, status_code, **kwargs):
-        exc = kwargs.get("exc_info", (None, None))[1]
+        """Every error is ``{"message", "reason"}``: ours verbatim, Jupyter's and Tornado's
+        (403 unauthenticated, 405) with a reason code, anything unexpected as ``internal``."""
+        exc = (kwargs.get("exc_info") or (None, None))[1]
         if isinstance(exc, _ApiError):
-            self.set_header("Content-Type", "application/json")
-            self.finish(json.dumps({"message": exc.message, "reason": exc.reason}))
-            return
-        super().write_error(status_code, **kwargs)
+            message, reason = exc.message, exc.reason
+        elif isinstance(exc, web.HTTPError):
+            message = exc.log_message or responses.get(status_code, "error")
+            if exc.args[1:]:
+                message = message % exc.args[1:]
+            reason = _REASONS.get(status_code, "error")
+        else:
+            message = (
+                "an unexpected error in jupyter_gpu_pause"
+                + (f" ({type(exc).__name__})" if exc else "")
+                + "; the server log has the details"
+            )
+            reason = "internal"
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps({"message": message, "reason": reason}))
 
     def body(self, allowed: dict) -> dict:
         """The JSON object body, checked against ``allowed`` = {field: type(s)}."""
@@ -175,7 +205,12 @@ class KeepaliveHandler(BaseHandler):
 class PoliciesHandler(BaseHandler):
     @api
     async def get(self):
-        self.send({"policies": [p.to_json() for p in self.monitor.policies]})
+        self.send(
+            {
+                "policies": [p.to_json() for p in self.monitor.policies],
+                "monitor": self.monitor.stats(),
+            }
+        )
 
 
 class CheckpointsHandler(BaseHandler):
@@ -216,6 +251,60 @@ class ReportHandler(BaseHandler):
         self.send(await self.monitor.report(self.get_query_argument("since", None)))
 
 
+class KernelHandler(BaseHandler):
+    """Requests a kernel makes for its own session, proved by its capability header."""
+
+    def check_xsrf_cookie(self):
+        # XSRF protects cookie-authenticated browsers; these routes accept no cookie, only a
+        # capability in a header, which a cross-site page cannot send.
+        return None
+
+    def kernel_id(self) -> str:
+        presented = parse_authorization(self.request.headers.get("Authorization", ""))
+        if presented is None:
+            raise Forbidden(
+                "this endpoint is for a kernel's own requests and needs its capability",
+                "no-capability",
+            )
+        kernel_id, cap = presented
+        if not self.lifecycle.bridge.holds_capability(kernel_id, cap):
+            raise Forbidden("the kernel capability is not valid", "bad-capability")
+        return kernel_id
+
+
+def kernel_api(method):
+    """No user login (the capability is the credential) → capability checked → errors mapped."""
+    return allow_unauthenticated(_maps_errors(method))
+
+
+class KernelSessionHandler(KernelHandler):
+    @kernel_api
+    async def get(self):
+        s = await self.lifecycle.kernel_session(self.kernel_id())
+        self.send(self.lifecycle.view(s))
+
+
+class KernelPauseHandler(KernelHandler):
+    @kernel_api
+    async def post(self):
+        kernel_id = self.kernel_id()
+        self.body({})
+        s = await self.lifecycle.kernel_session(kernel_id)
+        s = await self.lifecycle.pause(s.id, reason="user")
+        self.send(self.lifecycle.view(s), 202)
+
+
+class UnknownHandler(BaseHandler):
+    """Anything else under the prefix: a JSON 404 naming the path (after authentication)."""
+
+    async def _unknown(self, *args):
+        raise NotFound(
+            f"there is no endpoint {self.request.method} {self.request.path}", "unknown-endpoint"
+        )
+
+    get = post = put = delete = patch = api(_unknown)
+
+
 def handlers() -> list[tuple[str, type]]:
     base = r"/gpu-pause/api"
     return [
@@ -231,4 +320,7 @@ def handlers() -> list[tuple[str, type]]:
         (rf"{base}/capacity", CapacityHandler),
         (rf"{base}/events", EventsHandler),
         (rf"{base}/report", ReportHandler),
+        (rf"{base}/kernel/session", KernelSessionHandler),
+        (rf"{base}/kernel/pause", KernelPauseHandler),
+        (rf"{base}(?:/.*)?", UnknownHandler),
     ]

@@ -11,42 +11,122 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import os
 import posixpath
 import queue
+import shutil
 from collections.abc import Callable
 
 from jupyter_client.asynchronous import AsyncKernelClient
 
-from ..kernel.agent import MIME_PROGRESS, MIME_RESULT
-from .errors import AgentFailed, KernelDied, WrongState
+from .. import __version__
+from ..kernel import capability
+from ..kernel.agent import MIME_PROGRESS, MIME_RESULT, PROTOCOL
+from .errors import AgentFailed, GpuPauseError, KernelDied, WrongState
 
 WATCH_INTERVAL = 0.5
 IOPUB_GRACE = 0.5  # seconds after a shell reply by which its IOPub status arrives, if subscribed
+SHELL_POLL = 0.5  # seconds between two looks at a kernel that has not answered yet
+MAX_MESSAGE = 2000  # characters of an agent's error message passed on to the user
 
 
 def _parent(msg: dict) -> str | None:
     return msg.get("parent_header", {}).get("msg_id")
 
 
-async def _round_trip(client: AsyncKernelClient) -> None:
+async def _round_trip(client: AsyncKernelClient, busy: Callable[[], bool], patience: float):
     """Return once a kernel_info request was answered on shell *and* seen on IOPub.
 
     A new client's IOPub subscription reaches the kernel a moment after connecting; what the
     kernel publishes before then is dropped, and execute_interactive would wait forever for an
     idle status it never sees. Unlike jupyter_client's wait_for_ready, this sends a new request
     only after the previous one was answered: behind a running cell, requests do not pile up.
+
+    Behind a running cell (``busy()``) it waits as long as the cell runs; a kernel that shows
+    no cell running and still does not answer for ``patience`` seconds is stuck (a stopped
+    process, a deadlock), and AgentFailed says so instead of waiting forever.
     """
+    loop = asyncio.get_running_loop()
     while True:
         msg_id = client.kernel_info()
-        while _parent(await client.get_shell_msg()) != msg_id:
-            pass
+        waiting_since = loop.time()
+        while True:
+            try:
+                if _parent(await client.get_shell_msg(timeout=SHELL_POLL)) == msg_id:
+                    break
+            except queue.Empty:
+                if busy():
+                    waiting_since = loop.time()
+                elif loop.time() - waiting_since > patience:
+                    raise AgentFailed(
+                        f"the kernel did not answer for {patience:g} s although it is not "
+                        "running a cell; it may be stuck (a stopped process or a deadlock). "
+                        "Nothing was changed",
+                        "kernel-unresponsive",
+                    ) from None
         try:
             while _parent(await client.get_iopub_msg(timeout=IOPUB_GRACE)) != msg_id:
                 pass
             return
         except queue.Empty:
             continue  # not subscribed yet: ask again
+
+
+def _agent_reply(result: dict) -> dict:
+    """The agent's result, after checking the reply is one this server understands.
+
+    The kernel runs user code, which may have replaced our agent or installed another version
+    of this package: anything unexpected becomes an AgentFailed saying what was wrong.
+    """
+    reply = result.get("reply")
+    if reply is None:
+        error = result.get("error", "")
+        if "No module named" in error and "jupyter_gpu_pause" in error:
+            raise AgentFailed(
+                "jupyter_gpu_pause is not installed in this kernel's Python environment; "
+                "install it there (pip install jupyter_gpu_pause) to pause this kernel",
+                "agent-missing",
+            )
+        if "has no attribute 'call'" in error:
+            raise AgentFailed(
+                "the kernel's environment has an older jupyter_gpu_pause than the server "
+                f"({__version__}); install the server's version there",
+                "agent-version",
+            )
+        raise AgentFailed(f"the agent did not answer ({error or 'no result'})", "agent-silent")
+    if not isinstance(reply, dict) or not isinstance(reply.get("ok"), bool):
+        raise AgentFailed(
+            "the kernel's agent sent a reply the server cannot read", "bad-agent-reply"
+        )
+    if reply.get("protocol") != PROTOCOL:
+        raise AgentFailed(
+            f"the kernel's environment has jupyter_gpu_pause {str(reply.get('version'))[:40]} "
+            f"(agent protocol {str(reply.get('protocol'))[:10]}) but the server has "
+            f"{__version__} (protocol {PROTOCOL}); install the server's version there",
+            "agent-version",
+        )
+    if not reply["ok"]:
+        err = reply.get("error")
+        if not isinstance(err, dict) or not isinstance(err.get("message"), str):
+            raise AgentFailed("the kernel's agent failed without saying why", "bad-agent-reply")
+        reason, check = err.get("reason"), err.get("check")
+        raise AgentFailed(
+            err["message"][:MAX_MESSAGE],
+            reason if isinstance(reason, str) else "agent",
+            check if isinstance(check, str) else None,
+        )
+    if not isinstance(reply.get("result"), dict):
+        raise AgentFailed("the kernel's agent answered without a result", "bad-agent-reply")
+    return reply["result"]
+
+
+def _progress(data) -> dict | None:
+    """A progress message from the agent, or None when it is not one."""
+    if not isinstance(data, dict) or not isinstance(data.get("phase"), str):
+        return None
+    done, total = data.get("done_bytes"), data.get("total_bytes")
+    if not isinstance(done, int) or not (total is None or isinstance(total, int)):
+        return None
+    return {"phase": data["phase"][:40], "done_bytes": done, "total_bytes": total}
 
 
 def _pid(kernel) -> int | None:
@@ -56,11 +136,14 @@ def _pid(kernel) -> int | None:
 
 
 class KernelBridge:
-    def __init__(self, kernel_manager, session_manager, kernel_spec_manager, log):
+    def __init__(
+        self, kernel_manager, session_manager, kernel_spec_manager, log, answer_timeout: float
+    ):
         self.km = kernel_manager
         self.sm = session_manager
         self.ksm = kernel_spec_manager
         self.log = log
+        self.answer_timeout = answer_timeout
         # Session ids of our own clients: their requests are not user activity.
         self.agent_sessions: set[str] = set()
         self._agent_calls: dict[str, int] = {}  # kernel id -> our requests in flight
@@ -77,7 +160,16 @@ class KernelBridge:
 
     def connections(self, kernel_id: str) -> int:
         """Open browser (websocket) connections to the kernel, as jupyter_server counts them."""
-        return int(getattr(self.km, "_kernel_connections", {}).get(kernel_id, 0))
+        if not self.is_running(kernel_id):
+            return 0
+        return int(self.km.kernel_model(kernel_id).get("connections") or 0)
+
+    def holds_capability(self, kernel_id: str, presented: str) -> bool:
+        """The caller proved it is this running kernel (see ``kernel/capability.py``)."""
+        if not self.is_running(kernel_id):
+            return False
+        key = getattr(getattr(self.kernel(kernel_id), "session", None), "key", b"")
+        return capability.matches(key or b"", kernel_id, presented)
 
     def execution_state(self, kernel_id: str) -> str | None:
         return getattr(self.kernel(kernel_id), "execution_state", None)
@@ -151,8 +243,9 @@ class KernelBridge:
         """
         kernel = self.kernel(kernel_id)
         pid = _pid(kernel)
-        arg = base64.b64encode(json.dumps(params).encode()).decode()
-        code = f"__import__('jupyter_gpu_pause.kernel.agent', fromlist=['_']).{func}('{arg}')"
+        request = {"protocol": PROTOCOL, "func": func, "params": params}
+        arg = base64.b64encode(json.dumps(request).encode()).decode()
+        code = f"__import__('jupyter_gpu_pause.kernel.agent', fromlist=['_']).call('{arg}')"
         client = AsyncKernelClient()
         client.load_connection_info(kernel.get_connection_info(session=False))
         self.agent_sessions.add(client.session.session)
@@ -164,15 +257,18 @@ class KernelBridge:
                 result["error"] = "\n".join(msg["content"].get("traceback", [])[-3:])
             if msg["msg_type"] != "display_data":
                 return
-            data = msg["content"]["data"]
-            if MIME_PROGRESS in data and on_progress:
-                on_progress(data[MIME_PROGRESS])
-            if MIME_RESULT in data:
+            data = msg["content"].get("data") or {}
+            progress = _progress(data.get(MIME_PROGRESS))
+            if progress and on_progress:
+                on_progress(progress)
+            if MIME_RESULT in data and "reply" not in result:
                 result["reply"] = data[MIME_RESULT]
 
         async def execute():
             # Behind a running cell, this waits for it, as the agent itself would have to.
-            await _round_trip(client)
+            await _round_trip(
+                client, lambda: self.execution_state(kernel_id) == "busy", self.answer_timeout
+            )
             await client.execute_interactive(
                 code,
                 silent=True,
@@ -197,30 +293,41 @@ class KernelBridge:
             left = self._agent_calls.pop(kernel_id, 1) - 1
             if left > 0:
                 self._agent_calls[kernel_id] = left
-        reply = result.get("reply")
-        if reply is None:
-            if "No module named" in result.get("error", ""):
-                raise AgentFailed(
-                    "jupyter_gpu_pause is not installed in this kernel's Python environment; "
-                    "install it there (pip install jupyter_gpu_pause) to pause this kernel",
-                    "agent-missing",
-                )
-            raise AgentFailed(f"the agent did not answer ({result.get('error') or 'no result'})")
-        if not reply["ok"]:
-            err = reply["error"]
-            raise AgentFailed(err["message"], err.get("reason"), err.get("check"))
-        return reply["result"]
+        return _agent_reply(result)
 
     # -- starting, stopping, attaching -----------------------------------------------------
-    async def start(self, kernel_name: str, cwd: str, path: str, env: dict) -> str:
+    async def start(self, kernel_name: str, cwd: str, path: str, name: str, env: dict) -> str:
+        """Start a kernel as Jupyter starts one for a notebook, plus the capacity grant's env.
+
+        The environment is jupyter_server's own for a session (``get_kernel_env``): a resumed
+        kernel gets exactly what the notebook's first kernel got, and no credential of ours.
+        """
         # find_kernel_specs walks the kernelspec folders on disk: keep it off the event loop
-        specs = await asyncio.get_running_loop().run_in_executor(None, self.ksm.find_kernel_specs)
+        loop = asyncio.get_running_loop()
+        specs = await loop.run_in_executor(None, self.ksm.find_kernel_specs)
         if kernel_name not in specs:
             raise WrongState(
                 f"the kernelspec '{kernel_name}' is no longer installed", "no-kernelspec"
             )
-        full_env = {**os.environ, "JPY_SESSION_NAME": path, **env}
-        return await self.km.start_kernel(kernel_name=kernel_name, path=cwd, env=full_env)
+        # Checked before asking Jupyter: jupyter_client (8.x) keeps a kernel whose process
+        # could not be launched among its pending kernels, and the server's shutdown then
+        # fails on it. A program that is not there is the usual cause; say so plainly.
+        spec = await loop.run_in_executor(None, self.ksm.get_kernel_spec, kernel_name)
+        program = spec.argv[0] if spec.argv else ""
+        if not program or shutil.which(program) is None:
+            raise GpuPauseError(
+                f"a kernel of '{kernel_name}' could not be started: its kernelspec runs "
+                f"{program or 'nothing'!r}, which is not an executable program here",
+                "kernel-start",
+            )
+        full_env = {**self.sm.get_kernel_env(path, name or None), **env}
+        try:
+            return await self.km.start_kernel(kernel_name=kernel_name, path=cwd, env=full_env)
+        except Exception as e:  # a broken kernelspec, no free ports, a failing provisioner
+            raise GpuPauseError(
+                f"a kernel of '{kernel_name}' could not be started ({type(e).__name__}: {e})",
+                "kernel-start",
+            ) from e
 
     async def shutdown(self, kernel_id: str) -> None:
         if self.is_running(kernel_id):
@@ -228,6 +335,16 @@ class KernelBridge:
 
     async def attach(self, path: str, name: str, type_: str, kernel_name: str, kernel_id: str):
         """Make the notebook's Jupyter session use ``kernel_id`` (creating the session if gone)."""
+        try:
+            await self._attach(path, name, type_, kernel_name, kernel_id)
+        except Exception as e:
+            raise GpuPauseError(
+                f"the notebook could not be attached to the restored kernel "
+                f"({type(e).__name__}: {e})",
+                "attach",
+            ) from e
+
+    async def _attach(self, path, name, type_, kernel_name, kernel_id) -> None:
         for js in await self.sm.list_sessions():
             if js["path"] == path:
                 if js["kernel"]["id"] != kernel_id:

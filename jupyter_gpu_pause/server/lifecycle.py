@@ -1,10 +1,10 @@
-"""Pause and resume, one straight line each.
+"""The one service the handlers call: the session table, admission of pauses and resumes, and
+what happens to a session when its kernel goes away.
 
-Pause: wait for the running cell → agent writes blobs → server signs, writes and verifies the
-manifest → only then the kernel is shut down and the GPU released. Any error before the last
-step leaves the kernel running with its state and the session active.
-
-Resume lives in ``resume.py`` (a mixin of this class).
+Each operation is its own class (``pause.Pause``, ``resume.Resume``, ``check.DryRun``) reading
+as one straight line; this module admits them (state checks under one lock, so two requests
+never start two operations) and gives them what they share: the bridge to Jupyter, the
+checkpoints, the records, the event log.
 """
 
 from __future__ import annotations
@@ -12,37 +12,24 @@ from __future__ import annotations
 import asyncio
 import posixpath
 
-from ..store import IntegrityError, StoreError
-from ..store.format import new_checkpoint_id
-from ..units import count_text, size_text
+from ..store.format import check_checkpoint_id
 from .capacity import CapacityProvider
+from .check import DryRun
 from .checkpoints import Checkpoints
-from .errors import AgentFailed, GpuPauseError, KernelDied, NotFound, Unavailable, WrongState
+from .errors import BadRequest, NotFound, Unavailable, WrongState
 from .kernels import KernelBridge
-from .model import RUNNING, Session, gpu_device_count
-from .operations import Op, checkpoint_brief
+from .model import RUNNING, Session
+from .operations import DEVICES, Op, Operations, PauseSettings
+from .pause import Pause
 from .records import Records
-from .resume import ResumeMixin
+from .resume import Resume, ResumeOptions
 from .views import session_json
 
 STOP_GRACE = 15.0  # seconds a stopping server waits for in-flight operations
 STARTUP_WAIT = 30.0  # seconds a request waits for the records to load before a 503
-CHECK_TIMEOUT = 30.0  # seconds a dry run may take before the check gives up
-BUSY_GRACE = 1.0  # seconds a check waits for a cell that is just ending (its idle in flight)
-
-# Why a session that is not running cannot be checked, in words for the user.
-_NOT_CHECKABLE = {
-    "pausing": "a pause of it is already under way",
-    "paused": "its kernel is stopped, and its checkpoint lists what was saved",
-    "waiting": "it is waiting for a GPU to resume and has no kernel yet",
-    "restoring": "it is being resumed, so check again once its kernel runs",
-    "failed": "its last operation failed and there is no kernel to check",
-}
 
 
-class Lifecycle(ResumeMixin):
-    """The one service the handlers call; owns the session table and running operations."""
-
+class Lifecycle:
     def __init__(
         self,
         *,
@@ -50,13 +37,13 @@ class Lifecycle(ResumeMixin):
         records: Records,
         checkpoints: Checkpoints,
         capacity: CapacityProvider,
-        settings: dict,
+        settings: PauseSettings,
         log,
     ):
         self.bridge, self.records, self.checkpoints = bridge, records, checkpoints
         self.capacity, self.settings, self.log = capacity, settings, log
         self.sessions: dict[str, Session] = {}
-        self._ops: dict[str, Op] = {}
+        self.ops = Operations(self._rescue, log)
         # Admission (state checks up to registering the operation) awaits I/O; one lock keeps
         # two requests from both passing the checks and starting two operations.
         self._admission = asyncio.Lock()
@@ -70,7 +57,7 @@ class Lifecycle(ResumeMixin):
 
     # -- startup, sync -----------------------------------------------------------------------
     async def start(self) -> None:
-        """Load records and repair what a stopped server left half-done."""
+        """Load records, repair what a stopped server left half-done, load the signing key."""
         try:
             for s in await self.records.load_sessions():
                 self.sessions[s.id] = s
@@ -83,6 +70,9 @@ class Lifecycle(ResumeMixin):
             raise
         finally:
             self._started.set()
+        problem = await self.checkpoints.prepare_key()
+        if problem:
+            self.log.critical("jupyter_gpu_pause: %s", problem)
 
     async def wait_started(self) -> None:
         """Hold a request until the records are loaded; refuse every one if loading failed."""
@@ -102,12 +92,7 @@ class Lifecycle(ResumeMixin):
 
     async def stop(self) -> None:
         """Cancel what can still be cancelled; give the rest a bounded time to finish."""
-        for op in list(self._ops.values()):
-            if op.task and not op.committed:
-                op.task.cancel()
-        tasks = [op.task for op in self._ops.values() if op.task]
-        if tasks:
-            await asyncio.wait(tasks, timeout=STOP_GRACE)
+        await self.ops.drain(STOP_GRACE)
 
     async def refresh(self) -> None:
         """Track every Jupyter session's kernel; settle records whose kernel has gone."""
@@ -119,7 +104,7 @@ class Lifecycle(ResumeMixin):
     async def _refresh(self) -> None:
         live = await self.bridge.jupyter_sessions()
         by_kernel = {s.kernel_id: s for s in self.sessions.values() if s.kernel_id}
-        busy_kernels = {op.kernel_id for op in self._ops.values() if op.kernel_id}
+        busy_kernels = self.ops.kernel_ids()
         for js in live:
             kid = js["kernel"]["id"]
             known = by_kernel.get(kid)
@@ -143,7 +128,7 @@ class Lifecycle(ResumeMixin):
         for s in list(self.sessions.values()):
             if (
                 s.state in RUNNING + ("pausing",)
-                and s.id not in self._ops
+                and s.id not in self.ops
                 and not self.bridge.is_running(s.kernel_id)
             ):
                 await self._kernel_gone(s)
@@ -151,7 +136,7 @@ class Lifecycle(ResumeMixin):
     async def cull(self, session_id: str, reason: str) -> None:
         """Shut the kernel down without a checkpoint (an admin's ``cull`` policy)."""
         s = self.get(session_id)
-        if s.state not in RUNNING or s.id in self._ops:
+        if s.state not in RUNNING or s.id in self.ops:
             raise WrongState(f"cannot cull: the session is {s.state}")
         kernel_id = s.kernel_id
         await self.bridge.shutdown(kernel_id)
@@ -176,7 +161,79 @@ class Lifecycle(ResumeMixin):
             f"The kernel ended outside jupyter_gpu_pause; checkpoint {s.checkpoint['id']} "
             "is the last saved state"
         )
-        await self.records.save(s)
+        await self.persist(s)
+
+    async def _rescue(self, op: Op, escaped: BaseException | None) -> None:
+        """The last resort when an operation ended and left its session in flight.
+
+        A pause that never reached its commit point, with its kernel still running, is
+        ``active`` again; anything else is ``failed``, saying whether a checkpoint remains.
+        """
+        s = op.session
+        why = f"{type(escaped).__name__}: {escaped}" if escaped else "it ended without a result"
+        kernel_kept = (
+            op.kind == "pause" and not op.committed and self.bridge.is_running(s.kernel_id)
+        )
+        s.state = "active" if kernel_kept else "failed"
+        text = f"the {op.kind} stopped unexpectedly ({why})"
+        if kernel_kept:
+            text += "; the kernel was not touched"
+        s.progress = s.queue_position = None
+        s.error = {
+            "message": text,
+            "reason": "internal",
+            "state_intact": kernel_kept or bool(s.checkpoint),
+        }
+        s.message = s.error["message"]
+        await self.persist(s)
+        await self.record_event(
+            s, f"{op.kind}_failed", "user", message=text, error_reason="internal"
+        )
+
+    # -- shared by the operations ------------------------------------------------------------
+    async def persist(self, s: Session) -> None:
+        """Save a session's record; a failing records database is logged, never raised, so
+        the session's state in memory (what the API shows) is always the outcome."""
+        try:
+            await self.records.save(s)
+        except Exception:
+            self.log.exception("jupyter_gpu_pause: could not save the record of %s", s.path)
+
+    async def record_event(self, s: Session, type_: str, reason: str, **detail) -> None:
+        """Add an event (never raises: an outcome is not undone because it could not be logged)."""
+        self.log.info("gpu-pause %s %s (%s): %s", type_, s.path, reason, detail.get("message", ""))
+        try:
+            await self.records.add_event(s.id, type_, reason, detail)
+        except Exception:
+            self.log.exception("jupyter_gpu_pause: could not record the %s event", type_)
+
+    def on_progress(self, s: Session):
+        def update(p: dict) -> None:
+            s.progress = p
+
+        return update
+
+    async def merge_into(self, s: Session, kernel_id: str) -> None:
+        """A resume into a running kernel: that kernel's own record merges into ``s``."""
+        for other in [o for o in self.sessions.values() if o.kernel_id == kernel_id and o is not s]:
+            del self.sessions[other.id]
+            await self.records.delete(other.id)
+
+    def require_agent(self, s: Session, verb: str) -> None:
+        """The session's kernel runs and speaks Python, so our agent can run in it."""
+        language = self.bridge.language(s.kernel_name)
+        if language != "python":
+            raise WrongState(f"pause is not supported for {language} kernels", "unsupported-kernel")
+        if not self.bridge.is_running(s.kernel_id):
+            raise WrongState(f"cannot {verb}: the session's kernel is not running", "no-kernel")
+
+    def user_cell_running(self, kernel_id: str) -> bool:
+        if not self.bridge.is_running(kernel_id):
+            return False  # the caller's state checks say why
+        if self.user_busy and self.user_busy(kernel_id):
+            return True
+        busy = self.bridge.execution_state(kernel_id) == "busy"
+        return busy and not self.bridge.agent_running(kernel_id)
 
     # -- queries -------------------------------------------------------------------------------
     def get(self, session_id: str) -> Session:
@@ -198,7 +255,18 @@ class Lifecycle(ResumeMixin):
         running = self.bridge.is_running(s.kernel_id)
         kernel = self.bridge.kernel(s.kernel_id) if running else None
         busy = self.user_busy(s.kernel_id) if running and self.user_busy else None
-        return session_json(s, kernel, busy)
+        notice = self.checkpoints.key_problem if s.checkpoint and not running else None
+        return session_json(s, kernel, busy, notice)
+
+    async def kernel_session(self, kernel_id: str) -> Session:
+        """The session of a running kernel (for the kernel's own requests)."""
+        await self.refresh()
+        s = self.session_for_kernel(kernel_id)
+        if s is None:
+            raise NotFound(
+                "the server knows no notebook session for this kernel", "unknown-session"
+            )
+        return s
 
     async def list_checkpoints(self, session_id: str) -> list[dict]:
         self.get(session_id)
@@ -212,260 +280,60 @@ class Lifecycle(ResumeMixin):
 
     def busy_sessions(self) -> set[str]:
         """Sessions with a pause or resume in flight."""
-        return set(self._ops)
+        return self.ops.session_ids()
 
     def op_task(self, session_id: str):
-        op = self._ops.get(session_id)
+        op = self.ops.get(session_id)
         return op.task if op else None
-
-    async def record_event(self, s: Session, type_: str, reason: str, **detail) -> None:
-        await self.records.add_event(s.id, type_, reason, detail)
-        self.log.info("gpu-pause %s %s (%s): %s", type_, s.path, reason, detail.get("message", ""))
-
-    def _start(self, s: Session, op: Op, coro) -> None:
-        self._ops[s.id] = op
-        op.task = asyncio.ensure_future(coro)
-        op.task.add_done_callback(lambda _t: self._ops.pop(s.id, None))
 
     # -- pause ---------------------------------------------------------------------------------
     async def pause(self, session_id: str, reason: str = "user") -> Session:
         """Start (or join) a pause; returns at once with the session in ``pausing``."""
         async with self._admission:
-            return await self._admit_pause(session_id, reason)
+            s = self.get(session_id)
+            op = self.ops.get(s.id)
+            if (op and op.kind == "pause") or (s.state == "paused" and not op):
+                return s  # join the running pause / already paused
+            if op or s.state not in RUNNING:
+                raise WrongState(f"cannot pause: the session is {s.state}")
+            self.require_agent(s, "pause")
+            await self.checkpoints.require_key()  # a checkpoint nobody could verify is no pause
+            busy = self.bridge.execution_state(s.kernel_id) == "busy"
+            s.state, s.error = "pausing", None
+            s.message = (
+                "Waiting for the running cell to finish before pausing"
+                if busy
+                else "Writing checkpoint"
+            )
+            s.progress = {
+                "phase": "waiting" if busy else "capturing",
+                "done_bytes": 0,
+                "total_bytes": None,
+            }
+            await self.persist(s)
+            op = Op("pause", s, kernel_id=s.kernel_id)
+            self.ops.start(op, Pause(self, s, op, reason).run())
+            return s
 
-    async def _admit_pause(self, session_id: str, reason: str) -> Session:
-        s = self.get(session_id)
-        op = self._ops.get(s.id)
-        if (op and op.kind == "pause") or (s.state == "paused" and not op):
-            return s  # join the running pause / already paused
-        if op or s.state not in RUNNING:
-            raise WrongState(f"cannot pause: the session is {s.state}")
-        self._require_agent(s, "pause")
-        busy = self.bridge.execution_state(s.kernel_id) == "busy"
-        s.state, s.error = "pausing", None
-        s.message = (
-            "Waiting for the running cell to finish before pausing"
-            if busy
-            else "Writing checkpoint"
-        )
-        s.progress = {
-            "phase": "waiting" if busy else "capturing",
-            "done_bytes": 0,
-            "total_bytes": None,
-        }
-        await self.records.save(s)
-        op = Op("pause")
-        self._start(s, op, self._pause(s, op, reason))
-        return s
-
-    def _require_agent(self, s: Session, verb: str) -> None:
-        """The session's kernel runs and speaks Python, so our agent can run in it."""
-        language = self.bridge.language(s.kernel_name)
-        if language != "python":
-            raise WrongState(f"pause is not supported for {language} kernels", "unsupported-kernel")
-        if not self.bridge.is_running(s.kernel_id):
-            raise WrongState(f"cannot {verb}: the session's kernel is not running", "no-kernel")
-
-    # -- check (dry run) -------------------------------------------------------------------------
     async def check(self, session_id: str) -> dict:
-        """What a pause would save and skip, now, without writing or changing anything.
+        """What a pause would save and skip, now, without writing or changing anything."""
+        return await DryRun(self, self.get(session_id)).run()
 
-        Refused while a person's cell runs: the dry run would wait behind it, and the dialog
-        that asks needs an answer at once.
-        """
-        s = self.get(session_id)
-        self._require_checkable(s)
-        kid = s.kernel_id
-        if await self._still_busy(kid, BUSY_GRACE):
-            raise WrongState(
-                "the kernel is running a cell; check again when it has finished "
-                "(a pause asked now waits for the cell)",
-                "kernel-busy",
-            )
-        self._require_checkable(s)  # a pause may have begun while the cell ended
-        try:
-            report = await asyncio.wait_for(
-                self.bridge.run_agent(kid, "check", {"capture": self.settings["capture"]}),
-                CHECK_TIMEOUT,
-            )
-        except asyncio.TimeoutError:
-            if self._user_cell_running(kid):
-                raise WrongState(
-                    "the kernel started running a cell during the check; check again when it "
-                    "has finished",
-                    "kernel-busy",
-                ) from None
-            raise GpuPauseError(
-                f"the kernel did not answer the check within {CHECK_TIMEOUT:g} s; nothing was "
-                "changed",
-                "check-timeout",
-            ) from None
-        except AgentFailed as e:
-            if e.reason == "agent-missing":
-                raise WrongState(e.message, e.reason) from None
-            raise
-        return {
-            "objects": report["objects"],
-            "skipped": report["skipped"],
-            "registered": report.get("registered", []),
-            "bytes": report["bytes"],
-            "error": report.get("error"),
-        }
-
-    def _require_checkable(self, s: Session) -> None:
-        if s.id in self._ops or s.state not in RUNNING:
-            why = _NOT_CHECKABLE.get(s.state, "it has no running kernel")
-            raise WrongState(
-                f"cannot check what a pause would save: the session is {s.state} — {why}"
-            )
-        self._require_agent(s, "check")
-
-    async def _still_busy(self, kernel_id: str, grace: float) -> bool:
-        """A person's cell runs, and still does after ``grace`` seconds."""
-        loop = asyncio.get_running_loop()
-        end = loop.time() + grace
-        while self._user_cell_running(kernel_id):
-            if loop.time() >= end:
-                return True
-            await asyncio.sleep(0.05)
-        return False
-
-    def _user_cell_running(self, kernel_id: str) -> bool:
-        if not self.bridge.is_running(kernel_id):
-            return False  # the caller's state checks say why
-        if self.user_busy and self.user_busy(kernel_id):
-            return True
-        busy = self.bridge.execution_state(kernel_id) == "busy"
-        return busy and not self.bridge.agent_running(kernel_id)
-
-    def _on_progress(self, s: Session):
-        def update(p: dict) -> None:
-            s.progress = p
-
-        return update
-
-    async def _pause(self, s: Session, op: Op, reason: str) -> None:
-        kid = s.kernel_id
-        try:
-            await self.bridge.wait_idle(kid)
-            s.message, s.progress = (
-                "Writing checkpoint",
-                {"phase": "capturing", "done_bytes": 0, "total_bytes": None},
-            )
-            cid = new_checkpoint_id()
-            result = await self.bridge.run_agent(
-                kid,
-                "capture",
-                {
-                    "store_url": self.checkpoints.store.url,
-                    "store_options": self.settings["store_options"],
-                    "capture": self.settings["capture"],
-                    "max_bytes": self.settings["max_checkpoint_bytes"],
-                    "verify": self.settings["verify"],
-                },
-                self._on_progress(s),
-            )
-            s.progress = {"phase": "verifying", "done_bytes": 0, "total_bytes": None}
-            kernel_meta = {**result["kernel"], "kernelspec": s.kernel_name, "path": s.path}
-            parent = s.checkpoint["id"] if s.checkpoint else None
-            manifest = await self.checkpoints.commit(
-                s.id, cid, parent, kernel_meta, result["origin"], result
-            )
-            op.committed = True
-            await self.bridge.shutdown(kid)
-            self.capacity.release(s.id)
-        except asyncio.CancelledError:
-            s.state, s.message = "active", "Pause cancelled; the kernel was not touched"
-            await self.record_event(s, "cancelled", reason, message=s.message)
-            return
-        except KernelDied as e:
-            await self._pause_lost(s, reason, e)
-            return
-        except (GpuPauseError, StoreError, IntegrityError, OSError) as e:
-            if op.committed:  # the checkpoint is safe; only stopping the kernel failed
-                s.state, s.checkpoint = "failed", checkpoint_brief(manifest)
-                s.error = {
-                    "message": f"the checkpoint is complete but the kernel could not be "
-                    f"stopped: {e}",
-                    "reason": "shutdown",
-                    "state_intact": True,
-                }
-                s.message = s.error["message"]
-                await self.record_event(
-                    s, "pause_failed", reason, message=s.message, error_reason="shutdown"
-                )
-                return
-            await self._pause_refused(s, reason, e)
-            return
-        finally:
-            s.progress = None
-            await self.records.save(s)
-        s.state, s.kernel_id = "paused", None
-        s.gpu_devices_paused = gpu_device_count(s.gpu)  # reclaimed from now on, per device
-        s.checkpoint = checkpoint_brief(manifest)
-        skipped = manifest.doc["skipped"]
-        s.message = (
-            f"Paused — {size_text(manifest.total_bytes)}, "
-            f"{count_text(len(manifest.doc['objects']), 'object')} saved"
-            + (f"; not saved: {', '.join(x['name'] for x in skipped)}" if skipped else "")
-        )
-        await self.records.save(s)
-        await self.record_event(
-            s,
-            "paused",
-            reason,
-            checkpoint_id=manifest.id,
-            bytes=manifest.total_bytes,
-            skipped=skipped,
-            message=s.message,
-        )
-
-    async def _pause_refused(self, s: Session, reason: str, e: Exception) -> None:
-        """The checkpoint failed before the commit point: the kernel and its state are intact."""
-        text = getattr(e, "message", None) or str(e)
-        s.state = "active"
-        s.error = {"message": text, "reason": getattr(e, "reason", "store"), "state_intact": True}
-        s.message = f"Pause failed: {text}. The kernel is still running with all its variables."
-        await self.record_event(
-            s, "pause_failed", reason, message=text, error_reason=s.error["reason"]
-        )
-
-    async def _pause_lost(self, s: Session, reason: str, e: Exception) -> None:
-        older = (
-            f" Checkpoint {s.checkpoint['id']} from {s.checkpoint['created']} can still be "
-            "restored."
-            if s.checkpoint
-            else " There is no earlier checkpoint of this session."
-        )
-        text = f"The kernel died while its checkpoint was being written ({e}); its memory is lost."
-        if await self.bridge.settle(s.kernel_id, getattr(e, "pid", None)):
-            text += f" Jupyter restarted it empty (kernel {s.kernel_id})."
-        else:
-            s.kernel_id = None
-        s.state = "failed"
-        s.error = {"message": text + older, "reason": "kernel-died", "state_intact": False}
-        s.message = s.error["message"]
-        await self.record_event(
-            s, "pause_failed", reason, message=s.message, error_reason="kernel-died"
-        )
-
-    # -- resume --------------------------------------------------------------------------------
     async def cancel(self, session_id: str) -> Session:
         s = self.get(session_id)
-        op = self._ops.get(s.id)
+        op = self.ops.get(s.id)
         if op is None or s.state not in ("pausing", "waiting"):
             raise WrongState(f"nothing to cancel: the session is {s.state}")
         if op.committed:
             raise WrongState(
                 "too late to cancel: the checkpoint is complete and the kernel is stopping"
             )
-        op.task.cancel()
-        await asyncio.gather(op.task, return_exceptions=True)
+        await self.ops.cancel(op)
         return s
 
     async def delete(self, session_id: str, delete_checkpoints: bool = False) -> None:
         s = self.get(session_id)
-        if s.state in RUNNING or s.id in self._ops:
+        if s.state in RUNNING or s.id in self.ops:
             raise WrongState(
                 f"cannot delete a session that is {s.state}; pause it or shut its kernel down first"
             )
@@ -475,3 +343,59 @@ class Lifecycle(ResumeMixin):
                 await self.record_event(s, "checkpoint_deleted", "user", checkpoint_id=cid)
         del self.sessions[s.id]
         await self.records.delete(s.id)
+
+    # -- resume --------------------------------------------------------------------------------
+    async def resume(
+        self,
+        session_id: str,
+        checkpoint_id: str | None = None,
+        device: str = "any",
+        into_kernel: str | None = None,
+    ) -> Session:
+        """Start (or join) a resume; returns at once with the session ``waiting``."""
+        async with self._admission:
+            s = self.get(session_id)
+            if device not in DEVICES:
+                raise BadRequest(
+                    f"device must be one of {', '.join(DEVICES)}, not {device!r}", "bad-device"
+                )
+            if checkpoint_id is not None:
+                try:
+                    check_checkpoint_id(checkpoint_id)
+                except ValueError as e:
+                    raise BadRequest(str(e), "bad-checkpoint-id") from None
+            op = self.ops.get(s.id)
+            if op and op.kind == "resume":
+                return s
+            if op or not (s.state == "paused" or (s.state == "failed" and s.checkpoint)):
+                raise WrongState(f"cannot resume: the session is {s.state}")
+            await self.checkpoints.require_key()
+            ids = await self.checkpoints.ids(s.id)
+            if checkpoint_id is not None:
+                if checkpoint_id not in ids:
+                    raise NotFound(
+                        f"session has no checkpoint {checkpoint_id}", "unknown-checkpoint"
+                    )
+                ids = [checkpoint_id]
+            if not ids:
+                raise WrongState(
+                    "cannot resume: the session has no checkpoint in the store", "no-checkpoint"
+                )
+            live = await self.bridge.kernel_for_path(s.path)
+            if into_kernel is not None and into_kernel != live:
+                raise BadRequest(
+                    f"into_kernel {into_kernel} is not the running kernel of {s.path}",
+                    "bad-into-kernel",
+                )
+            if live and into_kernel is None:
+                raise WrongState(
+                    f"{s.path} already has a running kernel ({live}); resuming would overwrite "
+                    "its variables. Pass into_kernel to restore into it, or shut it down first.",
+                    "kernel-exists",
+                )
+            s.state, s.error, s.message = "waiting", None, "Waiting for capacity"
+            await self.persist(s)
+            op = Op("resume", s, kernel_id=into_kernel)
+            options = ResumeOptions(tuple(ids), device, into_kernel)
+            self.ops.start(op, Resume(self, s, op, options).run())
+            return s

@@ -4,6 +4,10 @@ first matching policy — warn, then pause (or cull), never a busy kernel, never
 Activity is what a person does: cells (``execute_request``) and widget messages. The UI's own
 polling (kernel_info, comm_info), the debugger and our agent's silent requests do not count;
 a GPU busy above the policy's ``gpu_idle_below`` does.
+
+One session never holds up the others: the dry run behind a warning runs in a task of its own
+(a kernel that does not answer only delays its own warning), and a failure while looking at one
+session is logged and the pass goes on.
 """
 
 from __future__ import annotations
@@ -12,74 +16,19 @@ import asyncio
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from jupyter_client.session import Session as ZmqSession
-
 from ..store.format import iso, utcnow
 from .accounting import Ledger
+from .activity import ActivityTracker
+from .check import check_report
 from .errors import BadRequest, GpuPauseError, WrongState
 from .model import RUNNING, gpu_device_count
 from .policy import Policy, first_match
 from .probes import GpuProbe, process_tree
 
-USER_MESSAGES = ("execute_request", "comm_msg")
 DRY_RUN_TIMEOUT = 30.0
 MAX_BACKOFF = 3600.0  # longest wait between two attempts of a failing auto-pause
 ACCOUNTING_SAVE = 60.0  # seconds between two saves of a session's GPU-seconds
 RECLAIMING = ("paused", "waiting")  # states whose GPUs a pause gave back
-
-
-class ActivityTracker:
-    """One IOPub subscription per kernel, recording when a person last made it do something."""
-
-    def __init__(self, kernel_manager, agent_sessions: set[str], on_activity=None):
-        self.km = kernel_manager
-        self.agent_sessions = agent_sessions
-        self.on_activity = on_activity
-        self.last: dict[str, datetime] = {}
-        self.busy: dict[str, bool] = {}
-        self._streams: dict[str, object] = {}
-
-    def sync(self, kernel_ids: set[str]) -> None:
-        for kid in set(self._streams) - kernel_ids:
-            self._streams.pop(kid).close()
-            self.last.pop(kid, None)
-            self.busy.pop(kid, None)
-        for kid in kernel_ids - set(self._streams):
-            self._watch(kid)
-
-    def _watch(self, kid: str) -> None:
-        kernel = self.km.get_kernel(kid)
-        session = ZmqSession(config=kernel.session.config, key=kernel.session.key)
-        stream = kernel.connect_iopub()
-        self.last[kid] = getattr(kernel, "last_activity", None) or utcnow()
-
-        def on_message(msg_list):
-            _idents, fed = session.feed_identities(msg_list)
-            msg = session.deserialize(fed, content=False)
-            parent = msg.get("parent_header") or {}
-            if parent.get("session") in self.agent_sessions:
-                return
-            msg_type = msg["header"]["msg_type"]
-            if parent.get("msg_type") in USER_MESSAGES or msg_type == "comm_msg":
-                self.last[kid] = utcnow()
-                if msg_type == "status":
-                    content = session.deserialize(fed)["content"]
-                    self.busy[kid] = content.get("execution_state") == "busy"
-                if self.on_activity:
-                    self.on_activity(kid)
-
-        stream.on_recv(on_message)
-        self._streams[kid] = stream
-
-    def is_busy(self, kid: str) -> bool:
-        """A person's cell is running (our own agent's requests do not count)."""
-        return self.busy.get(kid, False)
-
-    def touch(self, kid: str, when: datetime) -> None:
-        self.last[kid] = when
-
-    def close(self) -> None:
-        self.sync(set())
 
 
 @dataclass
@@ -87,6 +36,7 @@ class Watch:
     """What the monitor remembers about one session between ticks."""
 
     warned_for: datetime | None = None  # the action time we warned about
+    warning: asyncio.Task | None = None  # the dry run and event of that warning
     acted_for: datetime | None = None  # the action time we acted on (never act twice)
     keepalive_until: datetime | None = None
     retry_after: datetime | None = None
@@ -108,9 +58,11 @@ class Monitor:
         poll_interval: float,
         gpu_hold_alarm_hours: float,
         capture: str,
+        user: str,
         log,
     ):
         self.lc = lifecycle
+        self.user = user  # what policies' match.user is compared with
         self.bridge = lifecycle.bridge
         self.policies = policies
         self.probe = probe
@@ -125,6 +77,13 @@ class Monitor:
         self.ledger = Ledger(lifecycle.records)
         self.watches: dict[str, Watch] = {}
         self._task: asyncio.Task | None = None
+        self._outcomes: set[asyncio.Task] = set()
+        self._culler_patched = None
+        # What an admin (or a test) can watch to see that the monitor is alive and acting.
+        self.passes = 0
+        self.last_pass: datetime | None = None  # the time the last complete pass looked at
+        self.culls_declined = 0  # jupyter_server culls refused for a governed kernel
+        self.last_cull_declined: datetime | None = None
 
     def _on_activity(self, kernel_id: str) -> None:
         """A person used the kernel: any warning is void at once, not at the next pass."""
@@ -138,9 +97,12 @@ class Monitor:
         self._outrank_jupyter_culler()
 
     async def stop(self) -> None:
-        if self._task:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        tasks = [self._task, *self._outcomes, *(w.warning for w in self.watches.values())]
+        tasks = [t for t in tasks if t is not None]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._restore_jupyter_culler()
         self.tracker.close()
         try:
             await self.ledger.flush()
@@ -157,18 +119,53 @@ class Monitor:
                 self.log.exception("jupyter_gpu_pause: idle monitor pass failed")
             await asyncio.sleep(self.poll_interval)
 
+    def stats(self) -> dict:
+        """The monitor's own state, for ``GET policies``: is it alive, when did it last look."""
+        return {
+            "poll_interval": self.poll_interval,
+            "user": self.user,
+            "passes": self.passes,
+            "last_pass": iso(self.last_pass),
+            "jupyter_culls_declined": self.culls_declined,
+            "last_jupyter_cull_declined": iso(self.last_cull_declined),
+        }
+
     def _outrank_jupyter_culler(self) -> None:
-        """When jupyter_server's own culler is on, it skips kernels one of our policies governs."""
+        """When jupyter_server's own culler is on, it skips kernels one of our policies governs.
+
+        jupyter_server has no supported way to exempt one kernel from its culler: the only
+        per-kernel knob, ``cull_idle_timeout`` in kernelspec metadata, is per kernelspec, not
+        per session, and a policy governs sessions. ``cull_kernels`` calls
+        ``cull_kernel_if_idle(kernel_id)`` for each kernel, so that method, on this kernel
+        manager instance, is the one seam: wrapped here, restored at stop, and checked by
+        ``tests/test_jupyter_seams.py`` against the installed jupyter_server so a change
+        there fails loudly instead of silently culling governed kernels.
+        """
         km = self.bridge.km
-        original = km.cull_kernel_if_idle
+        original = getattr(km, "cull_kernel_if_idle", None)
+        if not asyncio.iscoroutinefunction(original):
+            self.log.warning(
+                "jupyter_gpu_pause: this jupyter_server has no async cull_kernel_if_idle; its "
+                "own culler (MappingKernelManager.cull_idle_timeout), if on, may cull kernels "
+                "that an idle policy would have paused"
+            )
+            return
 
         async def cull_unless_governed(kernel_id):
             s = self.lc.session_for_kernel(kernel_id)
-            if s is not None and s.policy is not None:
+            if s is not None and (s.policy is not None or s.id in self.lc.busy_sessions()):
+                self.culls_declined += 1
+                self.last_cull_declined = utcnow()
                 return None
             return await original(kernel_id)
 
         km.cull_kernel_if_idle = cull_unless_governed
+        self._culler_patched = km
+
+    def _restore_jupyter_culler(self) -> None:
+        if self._culler_patched is not None:
+            del self._culler_patched.cull_kernel_if_idle  # the instance attribute we set
+            self._culler_patched = None
 
     # -- one pass ------------------------------------------------------------------------------
     async def tick(self, now: datetime | None = None) -> None:
@@ -185,7 +182,9 @@ class Monitor:
             {s.kernel_id for s in self.lc.sessions.values() if self.bridge.is_running(s.kernel_id)}
         )
         for sid in set(self.watches) - {s.id for s in self.lc.sessions.values()}:
-            del self.watches[sid]
+            gone = self.watches.pop(sid)
+            if gone.warning is not None:
+                gone.warning.cancel()
         usage = {}
         if self.probe.available:
             roots = {s.id: p for s in running if (p := self.bridge.pid(s.kernel_id)) is not None}
@@ -196,10 +195,14 @@ class Monitor:
                 await self._evaluate(s, usage.get(s.id), now)
             except GpuPauseError as e:  # e.g. the kernel went away between two awaits
                 self.log.info("jupyter_gpu_pause: %s: %s", s.path, e.message)
+            except Exception:  # one session's trouble must not stop the pass for the others
+                self.log.exception("jupyter_gpu_pause: idle monitor could not look at %s", s.path)
         evaluated = {s.id for s in running}
         for s in [s for s in self.lc.sessions.values() if s.id not in evaluated]:
             await self._account_stopped(s, self.watches.setdefault(s.id, Watch()), now)
         await self.ledger.flush()  # one transaction per tick
+        self.passes += 1
+        self.last_pass = now
 
     def _sample(self, roots: dict[str, int]) -> dict:
         """In a thread: psutil walks process trees and NVML answers, both blocking."""
@@ -210,7 +213,7 @@ class Monitor:
         busy = self.tracker.is_busy(s.kernel_id)
         uses_gpu = bool(usage and usage.memory_bytes > 0)
         s.gpu = usage.to_json() if usage else None
-        policy = first_match(self.policies, s.kernel_name, uses_gpu, None)
+        policy = first_match(self.policies, s.kernel_name, uses_gpu, self.user)
         s.policy = policy.name if policy and policy.action != "none" else None
         s.idle_after = min(60.0, policy.idle_timeout - policy.warn_before) if s.policy else None
         gpu_busy = bool(usage and policy and usage.utilization >= policy.gpu_idle_below)
@@ -226,25 +229,62 @@ class Monitor:
             s.pause_at = None
             return
         # Activity moves ``last``, hence ``act_at``: a warning or an action is always for one
-        # idle period, and a new period needs a new warning.
+        # idle period, and a new period needs a new warning. After a failed attempt the next
+        # one waits for its backoff, and is warned about again.
         act_at = last + timedelta(seconds=policy.idle_timeout)
-        if w.keepalive_until and w.keepalive_until > act_at:
-            act_at = w.keepalive_until
+        for later in (w.keepalive_until, w.retry_after):
+            if later and later > act_at:
+                act_at = later
         warn_at = act_at - timedelta(seconds=policy.warn_before)
         if now >= warn_at and w.warned_for != act_at:
             w.warned_for = act_at
-            await self._warn(s, policy, act_at)  # the event exists before pause_at shows
-        s.pause_at = act_at if now >= warn_at and policy.action in ("pause", "cull") else None
-        if now < act_at or busy or w.acted_for == act_at:
-            return
-        if w.retry_after and now < w.retry_after:
+            if w.warning is not None:
+                w.warning.cancel()
+            w.warning = asyncio.ensure_future(self._warn(s, policy, act_at))
+        warned = w.warned_for == act_at and w.warning is not None and w.warning.done()
+        # pause_at shows once the warning's event exists, so the two never disagree
+        acts = policy.action in ("pause", "cull")
+        s.pause_at = act_at if now >= warn_at and acts and warned else None
+        if now < act_at or busy or w.acted_for == act_at or not warned:
             return
         w.acted_for = act_at
         if policy.action == "pause":
-            await self.lc.pause(s.id, reason=f"policy:{policy.name}")
-            asyncio.ensure_future(self._watch_outcome(s, w, policy))
+            try:
+                await self.lc.pause(s.id, reason=f"policy:{policy.name}")
+            except GpuPauseError as e:  # refused at once (an R kernel, a lost signing key…)
+                await self._refused(s, w, policy, e)
+                return
+            task = asyncio.ensure_future(self._watch_outcome(s, w, policy))
+            self._outcomes.add(task)
+            task.add_done_callback(self._outcomes.discard)
         elif policy.action == "cull":
             await self.lc.cull(s.id, reason=f"policy:{policy.name}")
+
+    def _back_off(self, w: Watch, policy: Policy) -> None:
+        """The next attempt of a failing auto-pause waits longer each time: no retry storm."""
+        w.failures += 1
+        base = max(policy.idle_timeout, self.poll_interval)
+        delay = min(base * 2 ** (w.failures - 1), MAX_BACKOFF)
+        w.retry_after = utcnow() + timedelta(seconds=delay)
+        w.acted_for = None
+
+    async def _refused(self, s, w: Watch, policy: Policy, e: GpuPauseError) -> None:
+        """A policy pause refused before it began: say why on the session and in an event."""
+        self._back_off(w, policy)
+        s.error = {"message": e.message, "reason": e.reason, "state_intact": True}
+        s.message = (
+            f"Pause by policy {policy.name} failed: {e.message}. The kernel is still running "
+            "with all its variables."
+        )
+        await self.lc.persist(s)
+        await self.lc.record_event(
+            s,
+            "pause_failed",
+            f"policy:{policy.name}",
+            message=e.message,
+            error_reason=e.reason,
+            retry_at=iso(w.retry_after),
+        )
 
     async def _watch_outcome(self, s, w: Watch, policy: Policy) -> None:
         """A failed auto-pause is retried later, with backoff: no retry storm."""
@@ -252,31 +292,36 @@ class Monitor:
         if op is not None:
             await asyncio.gather(op, return_exceptions=True)
         if s.state in RUNNING:
-            w.failures += 1
-            base = max(policy.idle_timeout, self.poll_interval)
-            delay = min(base * 2 ** (w.failures - 1), MAX_BACKOFF)
-            w.retry_after = utcnow() + timedelta(seconds=delay)
-            w.acted_for = None
+            self._back_off(w, policy)
         else:
             w.failures, w.retry_after = 0, None
 
     async def _warn(self, s, policy: Policy, act_at: datetime) -> None:
-        skipped = None
+        """Record the warning event, naming what will not survive (a dry run in the kernel).
+
+        Runs in its own task; a kernel that does not answer the dry run is given up on after
+        ``DRY_RUN_TIMEOUT`` and the warning says so. Never raises.
+        """
+        skipped, unknown = None, None
         if policy.action == "pause":
             try:
                 report = await asyncio.wait_for(
                     self.bridge.run_agent(s.kernel_id, "check", {"capture": self.capture}),
                     DRY_RUN_TIMEOUT,
                 )
-                skipped = report["skipped"]
-            except (GpuPauseError, asyncio.TimeoutError) as e:
-                self.log.info("jupyter_gpu_pause: dry run for %s failed: %s", s.path, e)
+                skipped = check_report(report)["skipped"]
+            except asyncio.TimeoutError:
+                unknown = f"the kernel did not answer within {DRY_RUN_TIMEOUT:g} s"
+            except GpuPauseError as e:
+                unknown = e.message
         verb = {"pause": "pauses", "cull": "shuts down", "warn": "has been idle until"}[
             policy.action
         ]
         message = f"{s.path} {verb} at {iso(act_at)} (policy {policy.name})"
         if skipped:
             message += "; will not survive: " + ", ".join(x["name"] for x in skipped)
+        if unknown:
+            message += f"; could not ask the kernel what would not survive ({unknown})"
         if policy.action == "cull":
             message += "; no checkpoint is made: unsaved variables are lost"
         await self.lc.record_event(

@@ -13,6 +13,7 @@ import sqlite3
 from concurrent.futures import ThreadPoolExecutor
 
 from ..store.format import iso, utcnow
+from ..store.private import private_file
 from .model import Session
 
 MIGRATIONS = [
@@ -42,7 +43,12 @@ class Records:
 
     def _connect(self) -> sqlite3.Connection:
         if self._db is None:
-            os.makedirs(os.path.dirname(os.path.abspath(self.db_path)), exist_ok=True)
+            # Paths, events and variable names: private to the owner, like the checkpoints.
+            # SQLite gives its -wal and -shm files the database file's mode.
+            private_file(self.db_path)
+            for suffix in ("-wal", "-shm"):
+                if os.path.exists(self.db_path + suffix):
+                    private_file(self.db_path + suffix)
             db = sqlite3.connect(self.db_path, check_same_thread=False)
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")

@@ -33,8 +33,12 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def session_json(s: Session, kernel, busy: bool | None = None) -> dict:
-    """``busy``: a person's cell runs (from the monitor); None falls back to Jupyter's view."""
+def session_json(s: Session, kernel, busy: bool | None = None, notice: str | None = None) -> dict:
+    """``busy``: a person's cell runs (from the monitor); None falls back to Jupyter's view.
+
+    ``notice``: a problem that affects this session now (a missing signing key), said in its
+    message in place of the stored one.
+    """
     last = s.last_activity or (
         _as_utc(getattr(kernel, "last_activity", None)) if kernel is not None else None
     )
@@ -63,7 +67,7 @@ def session_json(s: Session, kernel, busy: bool | None = None) -> dict:
         "progress": s.progress,
         "queue_position": s.queue_position,
         "error": s.error,
-        "message": _message(s, state, idle),
+        "message": notice or _message(s, state, idle),
         "restore": s.restore,
         "accounting": {
             "gpu_seconds_held": round(s.gpu_seconds_held, 1),

@@ -11,10 +11,12 @@ import secrets
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
+from .integrity import check_blob_hash
+from .schema import ManifestError, check_content, check_environment
+
 FORMAT = "jupyter-gpu-pause/1"
-BLOB_KINDS = ("tensor", "buffer", "pickle")
-_ID_RE = re.compile(r"^\d{8}T\d{6}Z-[0-9a-f]{8}$")
-_SESSION_RE = re.compile(r"^[0-9a-zA-Z_-]{1,64}$")
+_ID_RE = re.compile(r"^\d{8}T\d{6}Z-[0-9a-f]{8}\Z")
+_SESSION_RE = re.compile(r"^[0-9a-zA-Z_-]{1,64}\Z")
 
 
 def utcnow() -> datetime:
@@ -54,7 +56,12 @@ def check_session_id(session_id: str) -> str:
     return session_id
 
 
+def is_checkpoint_id(name: str) -> bool:
+    return bool(_ID_RE.match(name))
+
+
 def blob_path(h: str) -> str:
+    check_blob_hash(h)  # a hash names a path: never let one reach outside the blob folder
     return f"v1/blobs/{h[0:2]}/{h}"
 
 
@@ -112,11 +119,13 @@ def build_manifest(
     origin: dict,
     capture: dict,
 ) -> dict:
-    """Assemble the unsigned manifest from what the agent reported after writing its blobs."""
+    """Assemble the unsigned manifest from what the agent reported after writing its blobs.
+
+    Raises ManifestError when the report breaks a rule (``schema``): nothing unchecked is signed.
+    """
+    check_content(capture)
+    check_environment(kernel, origin)
     blobs = capture["blobs"]
-    for h, b in blobs.items():
-        if b.get("kind") not in BLOB_KINDS:
-            raise ValueError(f"blob {h} has unknown kind {b.get('kind')!r}")
     return {
         "format": FORMAT,
         "session_id": session_id,
@@ -142,19 +151,21 @@ def build_manifest(
 
 
 def parse_manifest(doc: dict) -> Manifest:
-    """Check the shape of a manifest (after its signature was verified)."""
+    """Check a manifest (after its signature was verified); ManifestError names what is wrong."""
     if doc.get("format") != FORMAT:
-        raise ValueError(f"unknown checkpoint format {doc.get('format')!r}, expected {FORMAT}")
-    for key in (
-        "session_id",
-        "checkpoint_id",
-        "objects",
-        "blobs",
-        "totals",
-        "storages",
-        "arrays",
-        "pickle",
-    ):
+        raise ManifestError(f"unknown checkpoint format {doc.get('format')!r}, expected {FORMAT}")
+    for key in ("session_id", "checkpoint_id", "created", "totals"):
         if key not in doc:
-            raise ValueError(f"manifest misses {key!r}")
+            raise ManifestError(f"manifest misses {key!r}")
+    try:
+        check_session_id(doc["session_id"])
+        check_checkpoint_id(doc["checkpoint_id"])
+    except ValueError as e:
+        raise ManifestError(str(e)) from None
+    check_content(doc)
+    totals = doc["totals"]
+    if not isinstance(totals, dict) or totals.get("bytes") != sum(
+        b["bytes"] for b in doc["blobs"].values()
+    ):
+        raise ManifestError("manifest totals do not add up to its blobs")
     return Manifest(doc)

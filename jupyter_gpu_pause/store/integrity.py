@@ -11,11 +11,11 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import os
-import secrets
-from pathlib import Path
+import re
 
 import xxhash
+
+HASH_RE = re.compile(r"^[0-9a-f]{32}\Z")
 
 
 class IntegrityError(Exception):
@@ -24,6 +24,13 @@ class IntegrityError(Exception):
     def __init__(self, message: str, check: str):
         super().__init__(message)
         self.check = check
+
+
+def check_blob_hash(h) -> str:
+    """``h`` if it is an xxh3-128 hex digest, else ValueError (a hash names a store path)."""
+    if not isinstance(h, str) or not HASH_RE.match(h):
+        raise ValueError(f"{h!r} is not a blob hash (32 lowercase hex digits)")
+    return h
 
 
 def blob_hash(data) -> str:
@@ -49,39 +56,11 @@ def canonical_json(doc: dict) -> bytes:
     return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def load_or_create_secret(path: str | os.PathLike) -> bytes:
-    """Read the HMAC key, creating it (32 random bytes, mode 0600) on first use.
-
-    Created with O_EXCL so two servers starting at once agree on one key.
-    """
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        key = p.read_bytes().strip()
-        if len(key) < 16:
-            raise ValueError(
-                f"secret file {p} is shorter than 16 bytes; delete it to make a new one"
-            ) from None
-        return key
-    key = secrets.token_hex(32).encode()
-    with os.fdopen(fd, "wb") as f:
-        f.write(key)
-        f.flush()
-        os.fsync(f.fileno())
-    return key
-
-
 class Signer:
     """Signs and verifies manifests with HMAC-SHA256 over their canonical JSON."""
 
     def __init__(self, key: bytes):
         self._key = key
-
-    @classmethod
-    def from_file(cls, path) -> Signer:
-        return cls(load_or_create_secret(path))
 
     def signature(self, doc: dict) -> str:
         body = {k: v for k, v in doc.items() if k != "signature"}

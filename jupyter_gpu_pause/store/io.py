@@ -7,6 +7,7 @@ renamed, then its directory is fsync'd; on object stores one PUT is atomic by it
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import posixpath
@@ -14,11 +15,21 @@ import secrets
 
 import fsspec
 
-from .format import blob_path, manifest_path, session_dir
+from .format import blob_path, is_checkpoint_id, manifest_path, session_dir
 from .integrity import IntegrityError, StreamingHash, blob_hash
+from .private import private_makedirs
 
 _CHUNK = 64 * 1024 * 1024
 _VERIFY_CHUNK = 1024 * 1024
+
+
+def _manifest_id(entry: dict) -> str | None:
+    """The checkpoint id a listing entry is the manifest of, or None (a stray file, a folder)."""
+    name = posixpath.basename(entry["name"].rstrip("/"))
+    if entry.get("type") != "file" or not name.endswith(".json"):
+        return None
+    cid = name[: -len(".json")]
+    return cid if is_checkpoint_id(cid) else None
 
 
 class StoreError(Exception):
@@ -66,18 +77,20 @@ class Store:
                 self.fs.pipe_file(path, bytes(data) if not isinstance(data, bytes) else data)
                 return
             d = os.path.dirname(path)
-            os.makedirs(d, exist_ok=True)
+            private_makedirs(d)
             tmp = f"{path}.tmp-{secrets.token_hex(6)}"
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             try:
-                _write_all(fd, data)
-                os.fsync(fd)
+                try:
+                    _write_all(fd, data)
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                os.replace(tmp, path)
             except BaseException:
-                os.close(fd)
-                os.unlink(tmp)
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
                 raise
-            os.close(fd)
-            os.replace(tmp, path)
             _fsync_dir(d)
         except StoreError:
             raise
@@ -185,16 +198,39 @@ class Store:
         return doc
 
     def list_checkpoints(self, session_id: str) -> list[str]:
-        """Checkpoint ids of a session with a manifest, oldest first."""
+        """Checkpoint ids of a session with a manifest, oldest first.
+
+        Other files in the session's folder (a stray ``notes.json``, an editor's backup) are
+        not checkpoints and are left out: a checkpoint id is what ``new_checkpoint_id`` makes.
+        """
         d = self._p(session_dir(session_id))
         try:
-            names = self.fs.ls(d, detail=False)
-        except FileNotFoundError:
+            entries = self.fs.ls(d, detail=True)
+        except (FileNotFoundError, NotADirectoryError):
             return []
         except Exception as e:
             raise self._wrap("list", d, e) from e
-        ids = [posixpath.basename(n)[: -len(".json")] for n in names if n.endswith(".json")]
-        return sorted(ids)
+        return sorted(i for i in map(_manifest_id, entries) if i)
+
+    def has_checkpoints(self) -> bool:
+        """Whether any session has a checkpoint in this store (stops at the first one found)."""
+        top = self._p("v1/sessions")
+        try:
+            folders = self.fs.ls(top, detail=False)
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+        except Exception as e:
+            raise self._wrap("list", top, e) from e
+        for folder in folders:
+            try:
+                names = self.fs.ls(folder, detail=True)
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            except Exception as e:
+                raise self._wrap("list", folder, e) from e
+            if any(map(_manifest_id, names)):
+                return True
+        return False
 
     def delete_manifest(self, session_id: str, checkpoint_id: str) -> None:
         path = self._p(manifest_path(session_id, checkpoint_id))

@@ -1,0 +1,174 @@
+"""One pause, as one straight line: wait for the running cell → the agent writes the blobs → the
+server signs, writes and reads back the manifest (the commit point) → only then the kernel is
+shut down and its GPU released.
+
+Before the commit point every failure, whatever its kind, leaves the kernel running with its
+state and the session ``active`` with the error; after it the checkpoint is safe, and a kernel
+that will not stop leaves the session ``failed`` with its state intact. Each outcome is an event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from ..store import IntegrityError, StoreError
+from ..store.format import new_checkpoint_id
+from ..store.schema import ManifestError, check_capture
+from ..units import count_text, size_text
+from .errors import GpuPauseError, KernelDied
+from .model import Session, gpu_device_count
+from .operations import Op, checkpoint_brief
+
+
+def failure(e: BaseException) -> tuple[str, str]:
+    """``(reason, message)`` of an exception, in words a user can act on."""
+    if isinstance(e, GpuPauseError):
+        return e.reason, e.message
+    if isinstance(e, ManifestError):
+        return "bad-agent-reply", f"the kernel reported a checkpoint the server cannot trust ({e})"
+    if isinstance(e, IntegrityError):
+        return "integrity", str(e)
+    if isinstance(e, (StoreError, OSError)):
+        return "store", str(e) or type(e).__name__
+    return "internal", f"an unexpected error in jupyter_gpu_pause ({type(e).__name__}: {e})"
+
+
+class Pause:
+    def __init__(self, lc, s: Session, op: Op, reason: str):
+        self.lc, self.s, self.op, self.reason = lc, s, op, reason
+        self.kernel_id = op.kernel_id
+
+    async def run(self) -> None:
+        s = self.s
+        try:
+            manifest = await self._checkpoint()
+        except asyncio.CancelledError:
+            await self._cancelled()
+            return
+        except KernelDied as e:
+            await self._lost(e)
+            return
+        except Exception as e:
+            await self._refused(e)
+            return
+        finally:
+            s.progress = None
+        try:
+            await self.lc.bridge.shutdown(self.kernel_id)
+            self.lc.capacity.release(s.id)
+        except (Exception, asyncio.CancelledError) as e:
+            await self._kernel_kept(manifest, e)
+            return
+        await self._paused(manifest)
+
+    async def _checkpoint(self):
+        """Everything before the commit point; returns the verified manifest."""
+        s, lc, settings = self.s, self.lc, self.lc.settings
+        await lc.bridge.wait_idle(self.kernel_id)
+        s.message = "Writing checkpoint"
+        s.progress = {"phase": "capturing", "done_bytes": 0, "total_bytes": None}
+        cid = new_checkpoint_id()
+        result = await lc.bridge.run_agent(
+            self.kernel_id,
+            "capture",
+            {
+                "store_url": settings.store_url,
+                "store_options": settings.store_options,
+                "capture": settings.capture,
+                "max_bytes": settings.max_checkpoint_bytes,
+                "verify": settings.verify,
+            },
+            lc.on_progress(s),
+        )
+        check_capture(result)  # the kernel runs user code: nothing it says is signed unchecked
+        s.progress = {"phase": "verifying", "done_bytes": 0, "total_bytes": None}
+        kernel_meta = {**result["kernel"], "kernelspec": s.kernel_name, "path": s.path}
+        parent = s.checkpoint["id"] if s.checkpoint else None
+        manifest = await lc.checkpoints.commit(
+            s.id, cid, parent, kernel_meta, result["origin"], result
+        )
+        self.op.committed = True
+        return manifest
+
+    # -- outcomes -------------------------------------------------------------------------------
+    async def _paused(self, manifest) -> None:
+        s = self.s
+        s.state, s.kernel_id, s.error = "paused", None, None
+        s.gpu_devices_paused = gpu_device_count(s.gpu)  # reclaimed from now on, per device
+        s.checkpoint = checkpoint_brief(manifest)
+        skipped = manifest.doc["skipped"]
+        s.message = (
+            f"Paused — {size_text(manifest.total_bytes)}, "
+            f"{count_text(len(manifest.doc['objects']), 'object')} saved"
+            + (f"; not saved: {', '.join(x['name'] for x in skipped)}" if skipped else "")
+        )
+        await self.lc.persist(s)
+        await self.lc.record_event(
+            s,
+            "paused",
+            self.reason,
+            checkpoint_id=manifest.id,
+            bytes=manifest.total_bytes,
+            skipped=skipped,
+            message=s.message,
+        )
+
+    async def _cancelled(self) -> None:
+        s = self.s
+        s.state, s.message = "active", "Pause cancelled; the kernel was not touched"
+        await self.lc.persist(s)
+        await self.lc.record_event(s, "cancelled", self.reason, message=s.message)
+
+    async def _refused(self, e: BaseException) -> None:
+        """Before the commit point: the kernel and its state are intact."""
+        reason, text = failure(e)
+        if reason == "internal":
+            self.lc.log.error("jupyter_gpu_pause: pause of %s", self.s.path, exc_info=e)
+        s = self.s
+        s.state = "active"
+        s.error = {"message": text, "reason": reason, "state_intact": True}
+        s.message = f"Pause failed: {text}. The kernel is still running with all its variables."
+        await self.lc.persist(s)
+        await self.lc.record_event(
+            s, "pause_failed", self.reason, message=text, error_reason=reason
+        )
+
+    async def _lost(self, e: KernelDied) -> None:
+        """The kernel died while its checkpoint was being written: its memory is gone."""
+        s = self.s
+        older = (
+            f" Checkpoint {s.checkpoint['id']} from {s.checkpoint['created']} can still be "
+            "restored."
+            if s.checkpoint
+            else " There is no earlier checkpoint of this session."
+        )
+        text = f"The kernel died while its checkpoint was being written ({e}); its memory is lost."
+        if await self.lc.bridge.settle(self.kernel_id, e.pid):
+            text += f" Jupyter restarted it empty (kernel {self.kernel_id})."
+        else:
+            s.kernel_id = None
+        s.state = "failed"
+        s.error = {"message": text + older, "reason": "kernel-died", "state_intact": False}
+        s.message = s.error["message"]
+        await self.lc.persist(s)
+        await self.lc.record_event(
+            s, "pause_failed", self.reason, message=s.message, error_reason="kernel-died"
+        )
+
+    async def _kernel_kept(self, manifest, e: BaseException) -> None:
+        """After the commit point: the checkpoint is safe; only stopping the kernel failed."""
+        s = self.s
+        _, why = failure(e) if isinstance(e, Exception) else ("cancelled", "it was interrupted")
+        s.state, s.checkpoint = "failed", checkpoint_brief(manifest)
+        s.error = {
+            "message": f"the checkpoint {manifest.id} is complete but the kernel could not be "
+            f"stopped ({why}); its GPU may still be held. Shut the kernel down, or resume "
+            "into it",
+            "reason": "shutdown",
+            "state_intact": True,
+        }
+        s.message = s.error["message"]
+        await self.lc.persist(s)
+        await self.lc.record_event(
+            s, "pause_failed", self.reason, message=s.message, error_reason="shutdown"
+        )

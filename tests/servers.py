@@ -1,0 +1,211 @@
+"""A real ``jupyter server`` process with the extension, isolated in temporary folders: for the
+tests that start, stop and restart servers as an administrator or a service manager does."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import psutil
+import pytest
+from jupyter_client import BlockingKernelClient
+
+from tests.cells import CellOutput
+
+TOKEN = "restart-test-token"
+WAIT = 60.0
+STATE = "import torch; w = torch.arange(10.); msg = 'hi'"
+READBACK = "print(w.sum().item(), msg)"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """A `jupyter server` subprocess with the extension, isolated in tmp dirs.
+
+    ``config``: the text of a ``jupyter_server_config.py``; ``args``: more command-line
+    options; ``own_paths=False`` leaves store, records and key at their defaults under
+    ``data`` (which two servers may share).
+    """
+
+    def __init__(
+        self,
+        tmp: Path,
+        config: str = "",
+        args: tuple[str, ...] = (),
+        own_paths: bool = True,
+        data: Path | None = None,
+    ):
+        self.tmp = tmp
+        self.root = tmp / "root"
+        self.runtime = tmp / "runtime"
+        self.data = data or tmp / "data"
+        for d in (self.root, self.runtime, self.data, tmp / "config", tmp / "ipython"):
+            d.mkdir(parents=True, exist_ok=True)
+        (tmp / "config" / "jupyter_server_config.py").write_text(config)
+        self.env = {
+            **os.environ,
+            "JUPYTER_RUNTIME_DIR": str(self.runtime),
+            "JUPYTER_DATA_DIR": str(self.data),
+            "JUPYTER_CONFIG_DIR": str(tmp / "config"),
+            "IPYTHONDIR": str(tmp / "ipython"),
+        }
+        self.args = list(args)
+        if own_paths:
+            self.args += [
+                f"--GpuPauseApp.store_url={tmp / 'store'}",
+                f"--GpuPauseApp.db_path={tmp / 'records.sqlite'}",
+                f"--GpuPauseApp.secret_file={tmp / 'secret'}",
+            ]
+        self.proc: subprocess.Popen | None = None
+        self.starts = 0
+
+    def launch(self) -> None:
+        """Start the process; return at once."""
+        self.port = _free_port()
+        self.starts += 1
+        self.log = self.tmp / f"server-{self.starts}.log"
+        cmd = [
+            sys.executable, "-m", "jupyter_server",
+            f"--ServerApp.port={self.port}",
+            "--ServerApp.port_retries=0",
+            "--ServerApp.ip=127.0.0.1",
+            f"--IdentityProvider.token={TOKEN}",
+            f"--ServerApp.root_dir={self.root}",
+            "--allow-root", "--no-browser",
+            "--ServerApp.jpserver_extensions=jupyter_gpu_pause=True",
+            *self.args,
+        ]  # fmt: skip
+        with open(self.log, "wb") as log:
+            self.proc = subprocess.Popen(cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+
+    def exit_status(self, timeout: float = WAIT) -> int:
+        """The exit status of a server that is expected to stop by itself."""
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.stop()
+            pytest.fail(f"jupyter server did not exit within {timeout}s:\n{self.log_tail()}")
+
+    def kernel_pids(self) -> list[int]:
+        """Processes the server started (its kernels), still alive."""
+        return [p.pid for p in psutil.Process(self.proc.pid).children(recursive=True)]
+
+    def start(self) -> None:
+        """Start the process and wait until it answers."""
+        self.launch()
+        self.wait_ready()
+
+    def wait_ready(self) -> None:
+        end = time.monotonic() + WAIT
+        while time.monotonic() < end:
+            if self.proc.poll() is not None:
+                pytest.fail(f"jupyter server exited {self.proc.returncode}:\n{self.log_tail()}")
+            try:
+                if self.api("GET", "api/status", timeout=2)[0] == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.2)
+        pytest.fail(f"jupyter server did not answer within {WAIT}s:\n{self.log_tail()}")
+
+    def log_tail(self) -> str:
+        return self.log.read_text(errors="replace")[-4000:]
+
+    def stop(self) -> int:
+        """SIGTERM, as a service manager would; returns the exit status (killed after WAIT)."""
+        proc, self.proc = self.proc, None
+        if proc is None or proc.poll() is not None:
+            return proc.returncode if proc else 0
+        kids = psutil.Process(proc.pid).children(recursive=True)
+        proc.send_signal(signal.SIGTERM)
+        try:
+            return proc.wait(WAIT)
+        except subprocess.TimeoutExpired:
+            for p in [*kids, proc]:
+                try:
+                    p.kill()
+                except (psutil.NoSuchProcess, ProcessLookupError):
+                    pass
+            proc.wait(10)
+            pytest.fail(f"jupyter server ignored SIGTERM for {WAIT}s:\n{self.log_tail()}")
+
+    def api(self, method: str, path: str, body=None, timeout: float = 30):
+        data = json.dumps(body if body is not None else {}).encode() if method == "POST" else None
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{self.port}/{path}",
+            data=data,
+            method=method,
+            headers={"Authorization": f"token {TOKEN}", "Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                code, raw = r.status, r.read()
+        except urllib.error.HTTPError as e:
+            code, raw = e.code, e.read()
+        return code, (json.loads(raw) if raw else None)
+
+    def sessions(self) -> dict[str, dict]:
+        code, body = self.api("GET", "gpu-pause/api/sessions")
+        assert code == 200, body
+        return {s["id"]: s for s in body["sessions"]}
+
+    def open_notebook(self, path: str) -> dict:
+        code, js = self.api(
+            "POST",
+            "api/sessions",
+            {"path": path, "type": "notebook", "name": path, "kernel": {"name": "python3"}},
+        )
+        assert code == 201, js
+        (s,) = [s for s in self.sessions().values() if s["kernel_id"] == js["kernel"]["id"]]
+        return s
+
+    def wait_state(self, sid: str, states=("active", "idle", "paused", "failed")) -> dict:
+        end = time.monotonic() + WAIT
+        while True:
+            code, s = self.api("GET", f"gpu-pause/api/sessions/{sid}")
+            assert code == 200, s
+            if s["state"] in states:
+                return s
+            if time.monotonic() > end:
+                pytest.fail(f"session stuck in {s['state']}: {s}")
+            time.sleep(0.2)
+
+    def run(self, kernel_id: str, code: str) -> str:
+        """Execute a cell in the kernel through its connection file; return its stdout."""
+        c = BlockingKernelClient(connection_file=str(self.runtime / f"kernel-{kernel_id}.json"))
+        c.load_connection_file()
+        c.start_channels()
+        output = CellOutput()
+        try:
+            c.wait_for_ready(timeout=WAIT)
+            reply = c.execute_interactive(code, output_hook=output, timeout=WAIT)
+        finally:
+            c.stop_channels()
+        return output.result(reply)
+
+    def pause(self, sid: str) -> dict:
+        code, body = self.api("POST", f"gpu-pause/api/sessions/{sid}/pause")
+        assert code == 202, body
+        paused = self.wait_state(sid)
+        assert paused["state"] == "paused", paused
+        return paused
+
+    def resume(self, sid: str) -> dict:
+        code, body = self.api("POST", f"gpu-pause/api/sessions/{sid}/resume")
+        assert code == 202, body
+        back = self.wait_state(sid)
+        assert back["state"] in ("active", "idle"), back
+        return back
