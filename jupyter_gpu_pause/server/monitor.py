@@ -252,37 +252,47 @@ class Monitor:
             try:
                 await self.lc.pause(s.id, reason=f"policy:{policy.name}")
             except GpuPauseError as e:  # refused at once (an R kernel, a lost signing key…)
-                await self._refused(s, w, policy, e)
+                await self._refused(s, w, policy, e.message, e.reason)
                 return
             task = asyncio.ensure_future(self._watch_outcome(s, w, policy))
             self._outcomes.add(task)
             task.add_done_callback(self._outcomes.discard)
         elif policy.action == "cull":
-            await self.lc.cull(s.id, reason=f"policy:{policy.name}")
+            try:
+                await self.lc.cull(s.id, reason=f"policy:{policy.name}")
+            except Exception as e:  # Jupyter could not shut the kernel down
+                why = e.message if isinstance(e, GpuPauseError) else f"{type(e).__name__}: {e}"
+                await self._refused(s, w, policy, why, "cull")
 
-    def _back_off(self, w: Watch, policy: Policy) -> None:
-        """The next attempt of a failing auto-pause waits longer each time: no retry storm."""
+    def _back_off(self, s, w: Watch, policy: Policy) -> None:
+        """The next attempt of a failing auto-pause waits longer each time: no retry storm.
+
+        The failed attempt's time leaves the session at once; the next one shows once it is
+        warned about, so ``pause_at`` is never a time already gone.
+        """
+        s.pause_at = None
         w.failures += 1
         base = max(policy.idle_timeout, self.poll_interval)
         delay = min(base * 2 ** (w.failures - 1), MAX_BACKOFF)
         w.retry_after = utcnow() + timedelta(seconds=delay)
         w.acted_for = None
 
-    async def _refused(self, s, w: Watch, policy: Policy, e: GpuPauseError) -> None:
-        """A policy pause refused before it began: say why on the session and in an event."""
-        self._back_off(w, policy)
-        s.error = {"message": e.message, "reason": e.reason, "state_intact": True}
+    async def _refused(self, s, w: Watch, policy: Policy, why: str, reason: str) -> None:
+        """A policy's pause or cull failed at once: say why on the session and in an event
+        (``pause_failed`` or ``cull_failed``), and schedule the next attempt with backoff."""
+        self._back_off(s, w, policy)
+        s.error = {"message": why, "reason": reason, "state_intact": True}
         s.message = (
-            f"Pause by policy {policy.name} failed: {e.message}. The kernel is still running "
-            "with all its variables."
+            f"{policy.action.capitalize()} by policy {policy.name} failed: {why}. The kernel is "
+            "still running with all its variables."
         )
         await self.lc.persist(s)
         await self.lc.record_event(
             s,
-            "pause_failed",
+            f"{policy.action}_failed",
             f"policy:{policy.name}",
-            message=e.message,
-            error_reason=e.reason,
+            message=why,
+            error_reason=reason,
             retry_at=iso(w.retry_after),
         )
 
@@ -292,7 +302,7 @@ class Monitor:
         if op is not None:
             await asyncio.gather(op, return_exceptions=True)
         if s.state in RUNNING:
-            self._back_off(w, policy)
+            self._back_off(s, w, policy)
         else:
             w.failures, w.retry_after = 0, None
 

@@ -162,6 +162,7 @@ export class EventNotifier implements IDisposable {
         );
         break;
       case 'culled':
+      case 'cull_failed':
       case 'gpu_hold_alarm':
         Notification.warning(message || trans.__('%1: %2', path, event.type), {
           autoClose: false

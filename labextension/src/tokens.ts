@@ -271,6 +271,7 @@ export type EventType =
   | 'waiting'
   | 'cancelled'
   | 'culled'
+  | 'cull_failed'
   | 'gpu_hold_alarm'
   | 'checkpoint_deleted';
 
