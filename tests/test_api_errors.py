@@ -5,37 +5,33 @@ from __future__ import annotations
 
 import json
 import sys
+from http.cookies import SimpleCookie
 from urllib.parse import urlencode
 
 import pytest
 from jupyter_server.auth.authorizer import Authorizer
 from jupyter_server.utils import url_path_join
 
-UNKNOWN = "00000000-0000-4000-8000-000000000000"
+from jupyter_gpu_pause.server.handlers import SID, KernelHandler, handlers
 
-# (method, path under gpu-pause/api/ with {sid} for a real session id, query, JSON body)
-ENDPOINTS = [
-    ("GET", "sessions", None, None),
-    ("GET", "sessions", {"path": "nb.ipynb"}, None),
-    ("GET", "sessions", {"kernel_id": "{kid}"}, None),
-    ("GET", "sessions/{sid}", None, None),
-    ("DELETE", "sessions/{sid}", None, None),
-    ("DELETE", "sessions/{sid}", {"delete_checkpoints": "true"}, None),
-    ("POST", "sessions/{sid}/pause", None, {}),
-    ("POST", "sessions/{sid}/resume", None, {}),
-    ("POST", "sessions/{sid}/resume", None, {"device": "cpu"}),
-    ("POST", "sessions/{sid}/cancel", None, {}),
-    ("POST", "sessions/{sid}/check", None, {}),
-    ("GET", "sessions/{sid}/checkpoints", None, None),
-    ("GET", "capacity", None, None),
-    ("GET", "events", None, None),
-    ("GET", "events", {"since": "2000-01-01T00:00:00Z", "session_id": "{sid}"}, None),
-    ("GET", "report", None, None),
-    ("GET", "report", {"since": "7d"}, None),
-]
-ENDPOINT_IDS = [
-    f"{m} {p} {q or ''}{'' if b is None else json.dumps(b)}" for m, p, q, b in ENDPOINTS
-]
+UNKNOWN = "00000000-0000-4000-8000-000000000000"
+METHODS = ("get", "post", "put", "patch", "delete")
+
+
+def _endpoints() -> list[tuple[str, str, type]]:
+    """(method, path under gpu-pause/api/, handler) for every verb of every route, read from
+    the extension's own handler list: a new endpoint is in these tables without editing them."""
+    out = []
+    for pattern, cls in handlers():
+        path = pattern.removeprefix("/gpu-pause/api").lstrip("/")
+        path = path.replace(SID, "{sid}").replace("(?:/.*)?", "/no/such/endpoint").lstrip("/")
+        assert "(" not in path, f"a route the tables cannot fill in: {pattern}"
+        out += [(m.upper(), path, cls) for m in METHODS if m in vars(cls)]
+    return out
+
+
+ENDPOINTS = _endpoints()
+ENDPOINT_IDS = [f"{m} {p}" for m, p, _ in ENDPOINTS]
 
 
 class DenyGpuPause(Authorizer):
@@ -58,12 +54,8 @@ def jp_server_config(gp_config, authorizer):
     return {"ServerApp": server, "GpuPauseApp": gp_config}
 
 
-def fill(value, s):
-    if isinstance(value, dict):
-        return {k: fill(v, s) for k, v in value.items()}
-    if isinstance(value, str):
-        return value.replace("{sid}", s["id"]).replace("{kid}", s["kernel_id"] or "")
-    return value
+def fill(path: str, s: dict) -> str:
+    return path.replace("{sid}", s["id"])
 
 
 async def send(client, base_url, method, path, params=None, body=None, headers=None):
@@ -71,7 +63,7 @@ async def send(client, base_url, method, path, params=None, body=None, headers=N
     url = url_path_join(base_url, "gpu-pause/api", path)
     if params:
         url += "?" + urlencode(params)
-    if method == "POST" and body is None:
+    if method in ("POST", "PUT", "PATCH") and body is None:
         body = {}
     r = await client.fetch(
         url,
@@ -102,19 +94,20 @@ async def assert_untouched(lab, s, store_dir):
 
 
 # -- 1. no token ------------------------------------------------------------------------------
-@pytest.mark.parametrize(("method", "path", "params", "body"), ENDPOINTS, ids=ENDPOINT_IDS)
+@pytest.mark.parametrize(("method", "path", "handler"), ENDPOINTS, ids=ENDPOINT_IDS)
 async def test_no_token_is_refused(
-    lab, http_server_client, jp_base_url, store_dir, method, path, params, body
+    lab, http_server_client, jp_base_url, store_dir, method, path, handler
 ):
     # Given an open notebook with a running kernel
     s = await lab.open_notebook()
     # When a client without a token (or with a wrong one) calls the endpoint
     for headers in ({}, {"Authorization": "token not-the-token"}):
-        code, _ = await send(
-            http_server_client, jp_base_url, method, fill(path, s), fill(params, s), body, headers
+        code, raw = await send(
+            http_server_client, jp_base_url, method, fill(path, s), None, None, headers
         )
-        # Then it is refused
-        assert code in (401, 403), (headers, code)
+        # Then it is refused, in JSON
+        assert code == 403, (headers, code)
+        assert set(json.loads(raw)) == {"message", "reason"}
     # And the session is exactly as it was
     await assert_untouched(lab, s, store_dir)
 
@@ -158,15 +151,19 @@ async def open_without_gpu_pause_api(lab, path="nb.ipynb") -> dict:
 
 
 @pytest.mark.parametrize("authorizer", [DenyGpuPause])
-@pytest.mark.parametrize(("method", "path", "params", "body"), ENDPOINTS, ids=ENDPOINT_IDS)
-async def test_denied_by_authorizer(lab, store_dir, method, path, params, body, authorizer):
+@pytest.mark.parametrize(("method", "path", "handler"), ENDPOINTS, ids=ENDPOINT_IDS)
+async def test_denied_by_authorizer(lab, store_dir, method, path, handler, authorizer):
     # Given a server whose authorizer denies the resource gpu_pause, and an open notebook
     s = await open_without_gpu_pause_api(lab)
     # When the user (with a valid token) calls the endpoint
-    code, err = await lab.api(method, fill(path, s), body=body, params=fill(params, s))
-    # Then it answers 403 saying what was not authorized
+    code, err = await lab.api(method, fill(path, s))
+    # Then it answers 403 saying what was not authorized (the kernel's own endpoints take no
+    # user token at all, only a kernel's capability)
     assert code == 403, err
-    assert "not authorized" in err["message"] and "gpu_pause" in err["message"]
+    if issubclass(handler, KernelHandler):
+        assert err["reason"] == "no-capability"
+    else:
+        assert "not authorized" in err["message"] and "gpu_pause" in err["message"]
     # And Jupyter's own APIs still work and still show the notebook's kernel
     r = await lab.fetch("api", "sessions")
     assert [x["kernel"]["id"] for x in json.loads(r.body)] == [s["kernel_id"]]
@@ -248,6 +245,90 @@ async def test_unknown_session_is_404(lab, store_dir, method, path):
     assert err["reason"] == "unknown-session" and UNKNOWN in err["message"]
     # And the real session is untouched
     await assert_untouched(lab, s, store_dir)
+
+
+# (method, path under gpu-pause/api/, status, reason, words of the message)
+NOT_JSON_BEFORE = [
+    ("GET", "sessions/does-not-exist", 404, "unknown-session", ["'does-not-exist'"]),
+    ("POST", "sessions/not an id/pause", 404, "unknown-session", ["'not an id'"]),
+    ("GET", "sessions/{sid}/frobnicate", 404, "unknown-endpoint", ["/frobnicate"]),
+    ("GET", "no-such-thing", 404, "unknown-endpoint", ["GET", "/no-such-thing"]),
+    ("DELETE", "", 404, "unknown-endpoint", ["DELETE"]),
+    ("PUT", "sessions", 405, "method-not-allowed", []),
+    ("PATCH", "sessions/{sid}/pause", 405, "method-not-allowed", []),
+    ("POST", "policies", 405, "method-not-allowed", []),
+]
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "status", "reason", "words"),
+    NOT_JSON_BEFORE,
+    ids=[f"{m} {p}" for m, p, *_ in NOT_JSON_BEFORE],
+)
+async def test_every_answer_under_the_prefix_is_json(lab, method, path, status, reason, words):
+    # Given an open notebook
+    s = await lab.open_notebook()
+    # When a request names a malformed id, an unknown path or a verb a route does not have
+    r = await lab.api(method, fill(path, s), raw=True)
+    # Then the answer is JSON {message, reason}, never Jupyter's HTML error page
+    assert r.code == status, r.body
+    assert r.headers["Content-Type"].startswith("application/json")
+    body = json.loads(r.body)
+    assert set(body) == {"message", "reason"} and body["reason"] == reason, body
+    for w in words:
+        assert w in body["message"], body["message"]
+    assert (await lab.session(s["id"]))["state"] in ("active", "idle")
+
+
+async def _login_cookies(client, base_url, token) -> dict:
+    """Log in through Jupyter's login form, as a browser does; returns the cookies it set."""
+
+    def cookies_of(r) -> dict:
+        jar = SimpleCookie()
+        for header in r.headers.get_list("Set-Cookie"):
+            jar.load(header)
+        return {k: m.value for k, m in jar.items()}
+
+    page = await client.fetch(url_path_join(base_url, "login"), raise_error=False)
+    cookies = cookies_of(page)
+    form = urlencode({"_xsrf": cookies["_xsrf"], "password": token})
+    done = await client.fetch(
+        url_path_join(base_url, "login"),
+        method="POST",
+        body=form,
+        headers={"Cookie": "; ".join(f"{k}={v}" for k, v in cookies.items())},
+        follow_redirects=False,
+        raise_error=False,
+    )
+    assert done.code == 302, done.body
+    return {**cookies, **cookies_of(done)}
+
+
+async def test_a_browser_session_without_the_xsrf_header_is_refused(
+    lab, http_server_client, jp_base_url, store_dir
+):
+    # Given a browser logged in with a cookie, and an open notebook
+    s = await lab.open_notebook()
+    await lab.run(s["kernel_id"], "x = 1")
+    cookies = await _login_cookies(http_server_client, jp_base_url, lab.app.identity_provider.token)
+    cookie = {"Cookie": "; ".join(f"{k}={v}" for k, v in cookies.items())}
+    # When a page elsewhere makes the browser POST a pause with that cookie (no XSRF header)
+    code, raw = await send(
+        http_server_client, jp_base_url, "POST", f"sessions/{s['id']}/pause", headers=cookie
+    )
+    # Then it is refused, and nothing happened
+    assert code == 403, raw
+    await assert_untouched(lab, s, store_dir)
+    # And the same request from the Lab itself (cookie plus its XSRF header) is accepted
+    code, raw = await send(
+        http_server_client,
+        jp_base_url,
+        "POST",
+        f"sessions/{s['id']}/pause",
+        headers={**cookie, "X-XSRFToken": cookies["_xsrf"]},
+    )
+    assert code == 202, raw
+    assert (await lab.wait_state(s["id"]))["state"] == "paused"
 
 
 # -- 4. wrong state ---------------------------------------------------------------------------
