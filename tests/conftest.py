@@ -7,12 +7,16 @@ import asyncio
 import json
 import os
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
 from jupyter_client.asynchronous import AsyncKernelClient
+from jupyter_server.serverapp import ServerApp
 
+from jupyter_gpu_pause.store.format import parse_iso
 from tests.cells import CellOutput
+from tests.waiting import wait_for
 
 pytest_plugins = ["pytest_jupyter.jupyter_server"]
 
@@ -48,6 +52,32 @@ def jp_server_config(gp_config):
 
 
 @pytest.fixture(autouse=True)
+def jp_server_cleanup(jp_asyncio_loop):
+    """pytest-jupyter's cleanup of the test's server, made safe for the rest of the run.
+
+    The plugin's own version leaves the server's ZMQ context open when the cleanup raises
+    anything but RuntimeError; garbage collection then destroys that context at some random
+    later moment, and ``Context.term`` blocks forever on the sockets of kernels that were never
+    shut down, taking the whole run with it. Here the context is always closed without
+    lingering, and an unexpected cleanup error is this test's error, with its traceback.
+    """
+    yield
+    app = ServerApp.instance()
+    error = None
+    try:
+        jp_asyncio_loop.run_until_complete(app._cleanup())
+    except (RuntimeError, SystemExit):
+        pass  # as the plugin: a server that never fully started
+    except Exception as e:
+        error = e
+    if hasattr(app, "kernel_manager"):
+        app.kernel_manager.context.destroy(linger=0)
+    ServerApp.clear_instance()
+    if error is not None:
+        raise error
+
+
+@pytest.fixture(autouse=True)
 def _kernel_sees_package(monkeypatch):
     """Kernels inherit the environment; make sure they import this checkout."""
     root = str(Path(__file__).resolve().parents[1])
@@ -74,7 +104,7 @@ class Lab:
         kw = {"method": method, "raise_error": False}
         if body is not None:
             kw["body"] = body if isinstance(body, (str, bytes)) else json.dumps(body)
-        elif method == "POST":
+        elif method in ("POST", "PUT", "PATCH"):
             kw["body"] = "{}"
         if params:
             kw["params"] = params
@@ -117,12 +147,48 @@ class Lab:
         return output.result(reply)
 
     async def send_cell(self, kernel_id: str, code: str) -> None:
-        """Start a cell without waiting for it (a long-running cell)."""
+        """Start a cell without waiting for it to end (a long-running cell): returns once the
+        kernel runs it and the server has seen it busy."""
         c = self.client(kernel_id)
-        await c.wait_for_ready(timeout=60)
-        c.execute(code)
-        await asyncio.sleep(0.3)
-        c.stop_channels()
+        try:
+            await c.wait_for_ready(timeout=60)
+            msg_id = c.execute(code)
+            while True:
+                msg = await c.get_iopub_msg(timeout=60)
+                if (
+                    msg["parent_header"].get("msg_id") == msg_id
+                    and msg["msg_type"] == "status"
+                    and msg["content"]["execution_state"] == "busy"
+                ):
+                    break
+        finally:
+            c.stop_channels()
+        kernel = self.app.kernel_manager.get_kernel(kernel_id)
+
+        async def server_sees_busy():
+            return kernel.execution_state == "busy"
+
+        await wait_for(server_sees_busy, what="the server seeing the cell run")
+
+    async def monitor(self) -> dict:
+        """The idle monitor's own state (GET policies): passes made, time of the last one."""
+        code, body = await self.api("GET", "policies")
+        assert code == 200, body
+        return body["monitor"]
+
+    async def monitor_passes(self, after: datetime | None = None, passes: int = 1) -> dict:
+        """Wait until the idle monitor has made ``passes`` more passes, the last of them
+        looking at the sessions later than ``after`` (default: now). What a test checks
+        afterwards is what the monitor decided once that time had come."""
+        after = after or datetime.now(timezone.utc)
+        first = (await self.monitor())["passes"]
+
+        async def done():
+            m = await self.monitor()
+            last = m["last_pass"] and parse_iso(m["last_pass"])
+            return m if m["passes"] >= first + passes and last and last > after else None
+
+        return await wait_for(done, timeout=60, what="an idle-monitor pass")
 
     async def session(self, session_id: str) -> dict:
         code, body = await self.api("GET", f"sessions/{session_id}")

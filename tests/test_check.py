@@ -4,11 +4,11 @@ variables, not the session's state, not its idle clock, not the store."""
 
 from __future__ import annotations
 
-import asyncio
+from datetime import datetime, timezone
 
 import pytest
 
-from tests.test_policies import wait_for
+from tests.waiting import wait_for
 
 OPEN_FILE_AND_NUMBER = (
     "import jupyter_gpu_pause as gp\nx = open({path!r})\ny = 3\ngp.register({registered!r})"
@@ -84,14 +84,18 @@ async def test_check_is_not_user_activity(lab, store_dir, data_file):
         return cur if (cur["idle_seconds"] or 0) >= 2.0 else None
 
     before = await wait_for(idle_for_a_while)
-    # When the Lab runs a check
+    read_before = datetime.now(timezone.utc)
+    # When the Lab runs a check, and the idle monitor makes several passes after it
     status, body = await lab.api("POST", f"sessions/{s['id']}/check")
     assert status == 200, body
-    await asyncio.sleep(1.0)  # several monitor passes see the check's messages
-    # Then the idle clock was not reset: the last activity is still the user's cell
+    await lab.monitor_passes(passes=3)
+    # Then the idle clock was not reset: the last activity is still the user's cell, and the
+    # idle time grew by all the time between the two readings (each rounded to 0.1 s)
+    read_after = datetime.now(timezone.utc)
     after = await lab.session(s["id"])
     assert after["last_activity"] == before["last_activity"]
-    assert after["idle_seconds"] >= before["idle_seconds"] + 0.9
+    between = (read_after - read_before).total_seconds()
+    assert after["idle_seconds"] >= before["idle_seconds"] + between - 0.1, (before, after)
     await assert_unchanged(lab, store_dir, before)
 
 

@@ -115,6 +115,8 @@ async def test_the_capability_works_after_a_resume_and_dies_with_the_old_kernel(
     assert await kernel_environment_leaks(lab, kid) == []
     out = await lab.run(kid, "print(gp.session()['id'], gp.session()['kernel_id'], x + 1)")
     assert out.split() == [s["id"], kid, "42"]
+    out = await lab.run(kid, "%load_ext jupyter_gpu_pause\n%gpu_pause status")
+    assert out.startswith("nb.ipynb: active")
     # And the old kernel's capability, presented now, opens nothing
     cell = PROBE + f"\nprint(status('GET', '/gpu-pause/api/kernel/session', {old.strip()!r}))"
     assert (await lab.run(kid, cell)).strip() == "403"

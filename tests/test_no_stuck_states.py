@@ -109,6 +109,23 @@ async def test_a_lying_agent_never_gets_a_checkpoint_signed(lab, store_dir, repl
     assert (await lab.wait_state(s["id"]))["state"] == "paused"
 
 
+async def test_a_kernel_with_an_older_agent_is_told_to_upgrade(lab, store_dir):
+    # Given a kernel whose environment has an agent from before the protocol (no `call`)
+    s = await lab.open_notebook()
+    await lab.run(
+        s["kernel_id"], STATE + "\nimport jupyter_gpu_pause.kernel.agent as _a\ndel _a.call"
+    )
+    # When the user pauses
+    assert (await lab.api("POST", f"sessions/{s['id']}/pause"))[0] == 202
+    after = await lab.wait_state(s["id"])
+    # Then the pause says the versions differ and what to do, and changes nothing
+    assert after["state"] == "active" and after["error"]["reason"] == "agent-version", after
+    assert "older jupyter_gpu_pause" in after["error"]["message"]
+    assert "install the server's version" in after["error"]["message"]
+    assert manifests(store_dir, s["id"]) == []
+    assert (await lab.run(s["kernel_id"], READBACK)).strip() == READBACK_OK
+
+
 @pytest.mark.gp_config(kernel_answer_timeout=2)
 async def test_a_stopped_kernel_process_ends_the_pause_by_itself(lab, store_dir):
     # Given a notebook with state whose kernel process is stopped (SIGSTOP: it shows idle)
@@ -152,6 +169,29 @@ async def test_the_commit_failing_leaves_the_kernel_untouched(lab, store_dir):
     blocker.unlink()
     assert (await lab.api("POST", f"sessions/{s['id']}/pause"))[0] == 202
     assert (await lab.wait_state(s["id"]))["state"] == "paused"
+
+
+async def test_stray_files_in_a_session_folder_are_not_checkpoints(lab, store_dir):
+    # Given a session folder in the store holding files that are not checkpoints
+    s = await lab.open_notebook()
+    await lab.run(s["kernel_id"], STATE)
+    folder = store_dir / "v1" / "sessions" / s["id"]
+    folder.mkdir(parents=True)
+    (folder / "notes.json").write_text("{}")
+    (folder / "20261202T101500Z-1a2b3c4d.json.bak").write_text("{}")
+    (folder / "20261202T101500Z-00000000.json").mkdir()
+    # When the user pauses and resumes
+    assert (await lab.api("POST", f"sessions/{s['id']}/pause"))[0] == 202
+    paused = await lab.wait_state(s["id"])
+    assert paused["state"] == "paused", paused
+    code, body = await lab.api("GET", f"sessions/{s['id']}/checkpoints")
+    assert [c["id"] for c in body["checkpoints"]] == [paused["checkpoint"]["id"]]
+    assert (await lab.api("POST", f"sessions/{s['id']}/resume"))[0] == 202
+    back = await lab.wait_state(s["id"])
+    # Then both work, and the stray files were neither used nor touched
+    assert back["state"] in ("active", "idle"), back
+    assert (await lab.run(back["kernel_id"], READBACK)).strip() == READBACK_OK
+    assert (folder / "notes.json").read_text() == "{}"
 
 
 @pytest.fixture

@@ -6,10 +6,10 @@ report are the real ones."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sqlite3
 from datetime import datetime, timedelta, timezone
+from typing import NamedTuple
 
 import pytest
 
@@ -17,10 +17,14 @@ from jupyter_gpu_pause.server.accounting import Ledger
 from jupyter_gpu_pause.server.model import Session
 from jupyter_gpu_pause.server.probes import GpuUsage
 from jupyter_gpu_pause.server.records import MIGRATIONS, Records
+from jupyter_gpu_pause.store.format import parse_iso
 from tests.fakes import FakeProbe
-from tests.test_policies import wait_for
+from tests.waiting import wait_for
 
 TICK = 0.2
+# The report gives GPU-hours to 0.0001 h (0.36 s): half of that either way, and the session's
+# own GPU-seconds to 0.1 s.
+ROUNDING = 0.25
 
 
 def hours(held=0.0, idle=0.0, reclaimed=0.0) -> dict:
@@ -57,54 +61,92 @@ def figures(row: dict) -> dict:
     return {k: row[k] for k in ZERO}
 
 
+class Snapshot(NamedTuple):
+    body: dict  # the report
+    looked: datetime  # the idle monitor's last pass before it: counted in it
+    asked: datetime  # when it came back: nothing later is counted in it
+
+
+async def looked_then_report(lab) -> Snapshot:
+    looked = parse_iso((await lab.monitor())["last_pass"])
+    body = await report(lab)
+    return Snapshot(body, looked, datetime.now(timezone.utc))
+
+
+def seconds(start: datetime, end: datetime) -> float:
+    return (end - start).total_seconds()
+
+
 @pytest.mark.parametrize("devices", [1, 2])
 async def test_gpu_hours_held_then_reclaimed_by_a_pause(lab, devices):
-    # Given a notebook whose kernel holds `devices` GPUs, idle at 0 % (fake probe)
+    # Given a notebook whose kernel holds `devices` GPUs, idle at 0 % (fake probe), from a
+    # moment after the idle monitor's pass at `before` and before its pass at `seen`
     s = await lab.open_notebook("exp/train.ipynb")
     await lab.run(s["kernel_id"], "w = list(range(1000))")
+    before = parse_iso((await lab.monitor_passes())["last_pass"])
     FakeProbe.readings[s["id"]] = GpuUsage([f"GPU-{i}" for i in range(devices)], 2**31, 0.0)
-    # When the idle monitor ticks for a few seconds
-    await asyncio.sleep(2.5)
-    body = await report(lab)
+    seen = parse_iso((await lab.monitor_passes())["last_pass"])
+
+    # When the idle monitor ticks until the report shows the GPUs held for a while
+    async def held_for_a_while():
+        snap = await looked_then_report(lab)
+        rows = snap.body["sessions"]
+        return snap if rows and rows[0]["gpu_hours_held"] * 3600 >= devices * 1.5 else None
+
+    body, looked, asked = await wait_for(held_for_a_while, what="GPU-seconds held")
     # Then the session, the total and today's entry show GPU-hours held, all of them idle
     row = only_session(body, s["id"])
     assert row["path"] == "exp/train.ipynb"
-    held = row["gpu_hours_held"] * 3600
-    assert devices * 1.5 <= held <= devices * 3.5, held
     assert row["gpu_hours_idle"] == row["gpu_hours_held"]
     assert row["gpu_hours_reclaimed"] == 0
     assert body["total"] == figures(row)
     assert len(body["days"]) == 31 and body["days"][-1]["day"] == today()
     assert figures(body["days"][-1]) == figures(row)
     assert all(figures(d) == ZERO for d in body["days"][:-1])
-    # And the session's own JSON counts the same GPU-seconds
+    # And they count per device the time the monitor saw the GPUs held: at least from its
+    # pass at `seen` to the one at `looked`, at most from `before` to the report's answer
+    held = row["gpu_hours_held"] * 3600
+    assert held >= devices * seconds(seen, looked) - ROUNDING, (held, seen, looked)
+    assert held <= devices * seconds(before, asked) + ROUNDING, (held, before, asked)
+    # And the session's own JSON counts the same GPU-seconds, between this report and the next
     acc = (await lab.session(s["id"]))["accounting"]
-    assert abs(acc["gpu_seconds_held"] - held) <= devices * 1.0 + 0.5
+    held_next = only_session(await report(lab), s["id"])["gpu_hours_held"] * 3600
+    assert held - ROUNDING <= acc["gpu_seconds_held"] <= held_next + ROUNDING, (acc, held)
 
-    # When the user pauses it
+    # When the user pauses it, and the idle monitor has looked at it paused
     assert (await lab.api("POST", f"sessions/{s['id']}/pause"))[0] == 202
     await lab.wait_state(s["id"], states=("paused",))
-    await asyncio.sleep(3 * TICK)
-    first = only_session(await report(lab), s["id"])
-    await asyncio.sleep(2.0)
-    later = only_session(await report(lab), s["id"])
-    # Then it reclaims its GPUs while paused, per device, and holds none
+    await lab.monitor_passes()
+    first, looked1, asked1 = await looked_then_report(lab)
+    first = only_session(first, s["id"])
+
+    async def reclaimed_for_a_while():
+        snap = await looked_then_report(lab)
+        grown = only_session(snap.body, s["id"])["gpu_hours_reclaimed"]
+        return snap if (grown - first["gpu_hours_reclaimed"]) * 3600 >= devices * 1.4 else None
+
+    later, looked2, asked2 = await wait_for(reclaimed_for_a_while, what="GPU-seconds reclaimed")
+    later = only_session(later, s["id"])
+    # Then it reclaims its GPUs while paused, per device, over the time between the two
+    # reports, and holds none
     reclaimed = (later["gpu_hours_reclaimed"] - first["gpu_hours_reclaimed"]) * 3600
-    assert devices * 1.4 <= reclaimed <= devices * 3.0, reclaimed
+    assert reclaimed >= devices * seconds(asked1, looked2) - ROUNDING, (reclaimed, asked1, looked2)
+    assert reclaimed <= devices * seconds(looked1, asked2) + ROUNDING, (reclaimed, looked1, asked2)
     assert later["gpu_hours_held"] == first["gpu_hours_held"]
     assert later["gpu_hours_idle"] == first["gpu_hours_idle"]
     acc = (await lab.session(s["id"]))["accounting"]
-    assert acc["gpu_seconds_reclaimed"] >= later["gpu_hours_reclaimed"] * 3600 - 0.5
+    assert acc["gpu_seconds_reclaimed"] >= later["gpu_hours_reclaimed"] * 3600 - ROUNDING
 
 
 async def test_a_kernel_without_gpu_counts_nothing(lab):
-    # Given a notebook whose kernel holds no GPU, paused after a while
+    # Given a notebook whose kernel holds no GPU, seen running by the idle monitor, then paused
+    # and seen paused
     s = await lab.open_notebook()
     await lab.run(s["kernel_id"], "x = 1")
-    await asyncio.sleep(1.0)
+    await lab.monitor_passes(passes=3)
     assert (await lab.api("POST", f"sessions/{s['id']}/pause"))[0] == 202
     await lab.wait_state(s["id"], states=("paused",))
-    await asyncio.sleep(1.0)
+    await lab.monitor_passes(passes=3)
     # Then the report has no GPU-hours, and still a zero for every day of the window
     body = await report(lab, "7d")
     assert body["sessions"] == [] and body["total"] == ZERO
