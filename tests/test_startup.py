@@ -26,7 +26,7 @@ BAD_CONFIGS = [
     (
         "unimportable-provider",
         "c.GpuPauseApp.capacity_provider_class = 'no.such.Class'",
-        ["GpuPauseApp.capacity_provider_class", "'no.such.Class'"],
+        ["GpuPauseApp.capacity_provider_class = 'no.such.Class'", "could not be imported"],
     ),
     (
         "unknown-protocol",
@@ -103,6 +103,21 @@ def test_bad_setting_stops_the_server_at_start_naming_it(tmp_path, config, words
     assert "jupyter_gpu_pause: bad configuration" in log, log
     for w in words:
         assert w in log, log
+
+
+@pytest.mark.parametrize(
+    ("arg", "words"),
+    [
+        ("--GpuPauseApp.capacity_provider_class=quota", "capacity_provider_class = 'quota'"),
+        ("--GpuPauseApp.store_url=nosuchproto://x", "store_url = 'nosuchproto://x'"),
+        ("--GpuPauseApp.kernel_answer_timeout=-1", "kernel_answer_timeout = -1.0"),
+    ],
+)
+def test_a_bad_command_line_setting_stops_the_server_too(tmp_path, arg, words):
+    server = Server(tmp_path, args=(arg,), own_paths="store_url" not in arg)
+    server.launch()
+    assert server.exit_status() != 0
+    assert f"jupyter_gpu_pause: bad configuration: GpuPauseApp.{words}" in server.log_tail()
 
 
 @pytest.mark.parametrize("mode", [0o644, 0o640])

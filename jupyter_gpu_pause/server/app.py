@@ -140,10 +140,10 @@ class GpuPauseApp(ExtensionApp):
 
     kernel_answer_timeout = Float(
         30.0,
-        help="Seconds a kernel that is not running a cell may take to answer before a pause or "
-        "a dry run gives up on it (the kernel is stuck: a stopped process, a deadlock), "
-        "leaving it untouched. A kernel running a cell is waited for as long as the cell "
-        "runs. Default: 30. Must be > 0.",
+        help="Seconds a kernel that is not running a cell may take to answer before a pause, "
+        "a dry run or a restore gives up on it (the kernel is stuck: a stopped process, a "
+        "deadlock), leaving it untouched. A kernel running a cell is waited for as long as "
+        "the cell runs. Default: 30. Must be > 0.",
     ).tag(config=True)
 
     verify_blobs = Bool(
@@ -204,13 +204,20 @@ class GpuPauseApp(ExtensionApp):
 
     def _trait_error(self, e: TraitError) -> str:
         """Traitlets' message, led by ``GpuPauseApp.<trait> = <value>`` when it names one."""
-        m = re.search(r"The '(\w+)' trait", str(e))
+        text = str(e)
+        m = re.search(r"The '(\w+)' trait of .*? instance ", text)
         if m is None:
-            return str(e)
+            return text
         name = m.group(1)
-        section = self.config.get(type(self).__name__, {})
-        value = f" = {section[name]!r}" if name in section else ""
-        return f"GpuPauseApp.{name}{value}: {e}"
+        value = ""
+        for config in (self.config, getattr(self.serverapp, "config", None) or {}):
+            section = config.get(type(self).__name__, {})
+            if name in section:
+                raw = section[name]
+                raw = str(raw) if isinstance(raw, str) else raw  # a command-line value is deferred
+                value = f" = {raw!r}"
+                break
+        return f"GpuPauseApp.{name}{value}: {text[m.end() :]}"
 
     def _check_configuration(self) -> None:
         check_known_keys(
