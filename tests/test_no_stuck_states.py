@@ -52,6 +52,12 @@ def _ok(result) -> dict:
     return {"protocol": 2, "version": "x", "ok": True, "result": result}
 
 
+async def pause(lab, s: dict) -> dict:
+    """Ask for a pause and return the session once the pause has ended, however it ended."""
+    assert (await lab.api("POST", f"sessions/{s['id']}/pause"))[0] == 202
+    return await lab.wait_state(s["id"])
+
+
 # (id, the agent's reply, error reason, words of the message)
 LIES = [
     ("silent", None, "agent-silent", ["did not answer"]),
@@ -91,8 +97,7 @@ async def test_a_lying_agent_never_gets_a_checkpoint_signed(lab, store_dir, repl
     await lab.run(s["kernel_id"], STATE)
     await lab.run(s["kernel_id"], LIAR.format(reply=repr(reply)))
     # When the user pauses
-    assert (await lab.api("POST", f"sessions/{s['id']}/pause"))[0] == 202
-    after = await lab.wait_state(s["id"])
+    after = await pause(lab, s)
     # Then the pause fails saying what was wrong, and nothing was signed
     assert after["state"] == "active", after
     assert after["error"]["reason"] == reason and after["error"]["state_intact"] is True
@@ -105,8 +110,7 @@ async def test_a_lying_agent_never_gets_a_checkpoint_signed(lab, store_dir, repl
     assert (await lab.run(s["kernel_id"], READBACK)).strip() == READBACK_OK
     # And once the agent is itself again, the next pause works
     await lab.run(s["kernel_id"], HONEST)
-    assert (await lab.api("POST", f"sessions/{s['id']}/pause"))[0] == 202
-    assert (await lab.wait_state(s["id"]))["state"] == "paused"
+    assert (await pause(lab, s))["state"] == "paused"
 
 
 async def test_a_kernel_with_an_older_agent_is_told_to_upgrade(lab, store_dir):
@@ -116,8 +120,7 @@ async def test_a_kernel_with_an_older_agent_is_told_to_upgrade(lab, store_dir):
         s["kernel_id"], STATE + "\nimport jupyter_gpu_pause.kernel.agent as _a\ndel _a.call"
     )
     # When the user pauses
-    assert (await lab.api("POST", f"sessions/{s['id']}/pause"))[0] == 202
-    after = await lab.wait_state(s["id"])
+    after = await pause(lab, s)
     # Then the pause says the versions differ and what to do, and changes nothing
     assert after["state"] == "active" and after["error"]["reason"] == "agent-version", after
     assert "older jupyter_gpu_pause" in after["error"]["message"]
@@ -135,8 +138,7 @@ async def test_a_stopped_kernel_process_ends_the_pause_by_itself(lab, store_dir)
     os.kill(pid, signal.SIGSTOP)
     try:
         # When the user pauses
-        assert (await lab.api("POST", f"sessions/{s['id']}/pause"))[0] == 202
-        after = await lab.wait_state(s["id"])
+        after = await pause(lab, s)
     finally:
         os.kill(pid, signal.SIGCONT)
     # Then the pause gives up by itself, touching nothing, and says the kernel is stuck
@@ -145,8 +147,7 @@ async def test_a_stopped_kernel_process_ends_the_pause_by_itself(lab, store_dir)
     assert manifests(store_dir, s["id"]) == []
     # And the kernel, running again, has all its variables, and pauses
     assert (await lab.run(s["kernel_id"], READBACK)).strip() == READBACK_OK
-    assert (await lab.api("POST", f"sessions/{s['id']}/pause"))[0] == 202
-    assert (await lab.wait_state(s["id"]))["state"] == "paused"
+    assert (await pause(lab, s))["state"] == "paused"
 
 
 async def test_the_commit_failing_leaves_the_kernel_untouched(lab, store_dir):
@@ -158,8 +159,7 @@ async def test_the_commit_failing_leaves_the_kernel_untouched(lab, store_dir):
     blocker.parent.mkdir(parents=True)
     blocker.write_text("in the way")
     # When the user pauses
-    assert (await lab.api("POST", f"sessions/{s['id']}/pause"))[0] == 202
-    after = await lab.wait_state(s["id"])
+    after = await pause(lab, s)
     # Then the pause fails at the commit, and the kernel keeps everything
     assert after["state"] == "active" and after["error"]["reason"] == "store", after
     assert "Not a directory" in after["error"]["message"]
@@ -167,8 +167,7 @@ async def test_the_commit_failing_leaves_the_kernel_untouched(lab, store_dir):
     assert (await lab.run(s["kernel_id"], READBACK)).strip() == READBACK_OK
     # And once the folder is free, the pause works
     blocker.unlink()
-    assert (await lab.api("POST", f"sessions/{s['id']}/pause"))[0] == 202
-    assert (await lab.wait_state(s["id"]))["state"] == "paused"
+    assert (await pause(lab, s))["state"] == "paused"
 
 
 async def test_stray_files_in_a_session_folder_are_not_checkpoints(lab, store_dir):
@@ -181,8 +180,7 @@ async def test_stray_files_in_a_session_folder_are_not_checkpoints(lab, store_di
     (folder / "20261202T101500Z-1a2b3c4d.json.bak").write_text("{}")
     (folder / "20261202T101500Z-00000000.json").mkdir()
     # When the user pauses and resumes
-    assert (await lab.api("POST", f"sessions/{s['id']}/pause"))[0] == 202
-    paused = await lab.wait_state(s["id"])
+    paused = await pause(lab, s)
     assert paused["state"] == "paused", paused
     code, body = await lab.api("GET", f"sessions/{s['id']}/checkpoints")
     assert [c["id"] for c in body["checkpoints"]] == [paused["checkpoint"]["id"]]
@@ -217,8 +215,7 @@ async def test_a_kernel_that_will_not_stop_after_the_commit(lab, store_dir, jupy
     await lab.run(s["kernel_id"], STATE)
     StubbornKernelManager.refuse.add(s["kernel_id"])
     # When the user pauses
-    assert (await lab.api("POST", f"sessions/{s['id']}/pause"))[0] == 202
-    after = await lab.wait_state(s["id"])
+    after = await pause(lab, s)
     # Then the checkpoint is kept and the session says the kernel could not be stopped
     assert after["state"] == "failed" and after["error"]["reason"] == "shutdown", after
     assert after["error"]["state_intact"] is True
@@ -239,8 +236,7 @@ async def test_a_kernel_that_will_not_stop_after_the_commit(lab, store_dir, jupy
 async def _paused(lab, store_dir, path="nb.ipynb", kernel_name="python3") -> dict:
     s = await lab.open_notebook(path, kernel_name=kernel_name)
     await lab.run(s["kernel_id"], STATE)
-    assert (await lab.api("POST", f"sessions/{s['id']}/pause"))[0] == 202
-    paused = await lab.wait_state(s["id"])
+    paused = await pause(lab, s)
     assert paused["state"] == "paused", paused
     return paused
 

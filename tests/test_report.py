@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
 from typing import NamedTuple
 
@@ -263,3 +265,24 @@ async def test_accounting_table_is_added_to_an_existing_database(tmp_path):
     assert loaded.gpu_seconds_reclaimed == 0 and loaded.gpu_devices_paused == 0
     assert data["sessions"] == [(old.id, "old.ipynb", 120.0, 30.0, 5.0)]
     assert data["days"] == [("2026-12-02", 120.0, 30.0, 5.0)]
+
+
+def test_servers_opening_one_new_records_database_at_once_all_get_it(tmp_path):
+    # Given one new records file that several servers open at the same moment (one data dir)
+    path = str(tmp_path / "records.sqlite")
+    opened = [Records(path) for _ in range(8)]
+    start = threading.Barrier(len(opened))
+
+    def open_it(records):
+        start.wait()
+        return records._load_sessions()
+
+    # When they all create the schema together
+    with ThreadPoolExecutor(len(opened)) as pool:
+        results = list(pool.map(open_it, opened))
+    # Then every one of them opened it (none found a table created under its feet), once
+    assert results == [[]] * len(opened)
+    db = sqlite3.connect(path)
+    assert db.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
+    for records in opened:
+        records.close()

@@ -35,6 +35,25 @@ MIGRATIONS = [
 ]
 
 
+def _migrate(db: sqlite3.Connection) -> None:
+    """Bring the schema up to date, under a write lock.
+
+    Two servers may open one new database at the same moment (one data dir, two servers):
+    the version is read again once the lock is held, so only the first creates the tables.
+    """
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        for i, script in enumerate(MIGRATIONS[version:], start=version + 1):
+            for statement in filter(None, (part.strip() for part in script.split(";"))):
+                db.execute(statement)  # not executescript: it would commit, dropping the lock
+            db.execute(f"PRAGMA user_version={i}")
+        db.commit()
+    except BaseException:
+        db.rollback()
+        raise
+
+
 class Records:
     def __init__(self, db_path: str):
         self.db_path = db_path
@@ -49,14 +68,10 @@ class Records:
             for suffix in ("-wal", "-shm"):
                 if os.path.exists(self.db_path + suffix):
                     private_file(self.db_path + suffix)
-            db = sqlite3.connect(self.db_path, check_same_thread=False)
+            db = sqlite3.connect(self.db_path, check_same_thread=False, timeout=30)
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
-            version = db.execute("PRAGMA user_version").fetchone()[0]
-            for i, script in enumerate(MIGRATIONS[version:], start=version + 1):
-                db.executescript(script)
-                db.execute(f"PRAGMA user_version={i}")
-            db.commit()
+            _migrate(db)
             self._db = db
         return self._db
 
