@@ -18,6 +18,7 @@ import psutil
 import pytest
 
 from jupyter_gpu_pause.server.app import GpuPauseApp
+from jupyter_gpu_pause.server.config import ConfigError, check_store
 from jupyter_gpu_pause.store.integrity import Signer
 from tests.servers import READBACK, STATE, Server
 
@@ -299,3 +300,29 @@ def test_a_key_with_no_checkpoints_yet_is_simply_created(tmp_path: Path):
         server.stop()
     assert stat.S_IMODE(os.stat(tmp_path / "secret").st_mode) == 0o600
     assert "signing key" not in server.log_tail()
+
+
+# store_options an admin might write: which are refused as credentials (none reach a kernel)
+STORE_OPTIONS = [
+    ({"endpoint_url": "http://s3.local:9000"}, None),
+    ({"anon": True}, None),
+    ({"client_kwargs": {"region_name": "eu-west-1"}}, None),
+    ({"s3_additional_kwargs": {"ServerSideEncryption": "aws:kms", "SSEKMSKeyId": "k1"}}, None),
+    ({"config_kwargs": {"retries": {"max_attempts": 3}}}, None),
+    ({"key": "AKIA…"}, "key"),
+    ({"secret": "…"}, "secret"),
+    ({"token": "…"}, "token"),
+    ({"username": "u", "password": "p"}, "password"),
+    ({"client_kwargs": {"aws_access_key_id": "AKIA…"}}, "client_kwargs.aws_access_key_id"),
+    ({"s3_additional_kwargs": {"SSECustomerKey": "…"}}, "s3_additional_kwargs.SSECustomerKey"),
+]
+
+
+@pytest.mark.parametrize(("options", "refused"), STORE_OPTIONS)
+def test_which_store_options_count_as_credentials(tmp_path, options, refused):
+    if refused is None:
+        assert check_store("s3://bucket/ckpts", options).url == "s3://bucket/ckpts"
+        return
+    with pytest.raises(ConfigError) as e:
+        check_store("s3://bucket/ckpts", options)
+    assert f"credentials ({refused}" in str(e.value) and "AWS_ACCESS_KEY_ID" in str(e.value)

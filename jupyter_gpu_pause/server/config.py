@@ -58,7 +58,12 @@ def _is_secret(name: str, value) -> bool:
         return False
     if low == "anon":
         return False
-    return low in _SECRET_NAMES or any(w in low for w in _SECRET_WORDS)
+    return (
+        low in _SECRET_NAMES
+        or any(w in low for w in _SECRET_WORDS)
+        or low.endswith("key")  # SSECustomerKey, account_key, api_key…
+        or "access_key" in low  # aws_access_key_id: half of a credential pair
+    )
 
 
 def _secret_paths(options, prefix: str = "") -> list[str]:

@@ -187,7 +187,7 @@ class Lifecycle:
         s.message = s.error["message"]
         await self.persist(s)
         await self.record_event(
-            s, f"{op.kind}_failed", "user", message=text, error_reason="internal"
+            s, f"{op.kind}_failed", op.reason, message=text, error_reason="internal"
         )
 
     # -- shared by the operations ------------------------------------------------------------
@@ -311,7 +311,7 @@ class Lifecycle:
                 "total_bytes": None,
             }
             await self.persist(s)
-            op = Op("pause", s, kernel_id=s.kernel_id)
+            op = Op("pause", s, kernel_id=s.kernel_id, reason=reason)
             self.ops.start(op, Pause(self, s, op, reason).run())
             return s
 

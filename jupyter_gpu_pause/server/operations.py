@@ -34,6 +34,7 @@ class Op:
     kind: str  # "pause" | "resume"
     session: Session
     kernel_id: str | None = None  # pause: the kernel paused; resume: the kernel restored into
+    reason: str = "user"  # who asked: "user" or "policy:<name>", for the events
     task: asyncio.Task | None = None
     committed: bool = False  # pause: manifest verified, cancel no longer possible
 
