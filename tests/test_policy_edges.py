@@ -3,6 +3,7 @@ answers, and a policy pause that is refused before it starts."""
 
 from __future__ import annotations
 
+import asyncio
 import getpass
 import json
 import os
@@ -169,4 +170,42 @@ async def test_a_cull_that_fails_says_why_and_is_retried(lab):
     StubbornKernelManager.refuse.clear()
     (culled,) = await wait_for(lambda: lab.events(s["id"], "culled"), timeout=60)
     assert parse_iso(culled["time"]) > parse_iso(first["time"])
+    assert not lab.kernel_alive(s["kernel_id"])
+
+
+SLOW_EXIT = """
+import atexit
+def _wait_for_the_gate(gate={gate!r}):
+    with open(gate) as f:  # a FIFO: blocks until the test opens it for writing
+        f.read()
+atexit.register(_wait_for_the_gate)
+"""
+
+
+@pytest.mark.parametrize("policies", [[short(idle=2, warn=1)]])
+async def test_a_server_stopping_mid_shutdown_lets_the_policy_pause_finish(lab, tmp_path):
+    # Given a notebook whose kernel takes its time to exit (an atexit handler of the user's)
+    gate = tmp_path / "exit-gate"
+    os.mkfifo(gate)
+    s = await lab.open_notebook()
+    await lab.run(s["kernel_id"], STATE + SLOW_EXIT.format(gate=str(gate)))
+
+    # When the policy's pause has saved its checkpoint and is shutting the kernel down
+    async def shutting_down():
+        cur = await lab.session(s["id"])
+        return cur if "shutting the kernel down" in (cur["message"] or "") else None
+
+    cur = await wait_for(shutting_down, timeout=60)
+    assert cur["state"] == "pausing"
+    # and the server stops meanwhile (SIGTERM: the extensions stop, then every kernel)
+    (ext,) = lab.app.extension_manager.extension_apps["jupyter_gpu_pause"]
+    stopping = asyncio.ensure_future(ext.stop_extension())
+    await asyncio.to_thread(gate.write_text, "exit now")
+    await stopping
+    await lab.app.cleanup_kernels()
+
+    # Then the pause ran to its end: the session is paused on its checkpoint
+    record = ext.lifecycle.sessions[s["id"]]
+    assert record.state == "paused", record.message
+    assert record.checkpoint and record.checkpoint["id"] in cur["message"]
     assert not lab.kernel_alive(s["kernel_id"])

@@ -330,8 +330,12 @@ class KernelBridge:
             ) from e
 
     async def shutdown(self, kernel_id: str) -> None:
+        """Shut a kernel down; once asked, the shutdown runs to its end even if the caller is
+        cancelled. (Cancelling jupyter_client half way leaves the kernel registered with a
+        readiness future that never completes: the server's own shutdown_all then raises
+        InvalidStateError and leaves the remaining kernels running.)"""
         if self.is_running(kernel_id):
-            await self.km.shutdown_kernel(kernel_id)
+            await asyncio.shield(self.km.shutdown_kernel(kernel_id))
 
     async def attach(self, path: str, name: str, type_: str, kernel_name: str, kernel_id: str):
         """Make the notebook's Jupyter session use ``kernel_id`` (creating the session if gone)."""

@@ -300,7 +300,9 @@ class Monitor:
         """A failed auto-pause is retried later, with backoff: no retry storm."""
         op = self.lc.op_task(s.id)
         if op is not None:
-            await asyncio.gather(op, return_exceptions=True)
+            # asyncio.wait, not gather: when the monitor stops, cancelling this watcher must
+            # not cancel the pause it watches (a committed pause is shutting a kernel down).
+            await asyncio.wait({op})
         if s.state in RUNNING:
             self._back_off(s, w, policy)
         else:

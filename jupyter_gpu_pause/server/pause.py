@@ -88,6 +88,7 @@ class Pause:
             s.id, cid, parent, kernel_meta, result["origin"], result
         )
         self.op.committed = True
+        s.message = f"Checkpoint {manifest.id} saved; shutting the kernel down"
         return manifest
 
     # -- outcomes -------------------------------------------------------------------------------
