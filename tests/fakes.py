@@ -8,18 +8,27 @@ import sqlite3
 from jupyter_server.services.kernels.kernelmanager import AsyncMappingKernelManager
 from jupyter_server.services.sessions.sessionmanager import SessionManager
 
-from jupyter_gpu_pause.server.capacity import CapacityProvider, Grant
+from jupyter_gpu_pause.server.capacity import CapacityProvider, Grant, Verdict
 from jupyter_gpu_pause.server.probes import GpuProbe, GpuUsage
 
 
 class FakeProbe(GpuProbe):
-    """Reports ``readings[session_id]`` for sessions the test set; nothing for the others."""
+    """A fake NVML: reports ``readings[session_id]`` for sessions the test set (nothing for the
+    others), and the GPUs in ``gpus`` (``uuid``, ``name``, ``memory_total``, ``memory_used``)."""
 
     available = True
     readings: dict[str, GpuUsage] = {}
+    gpus: list[dict] = []
+    hidden: list[str] = []  # notes: what NVML cannot see
 
     def sample(self, pids_by_key):
         return {k: v for k, v in self.readings.items() if k in pids_by_key and pids_by_key[k]}
+
+    def devices(self) -> list[dict]:
+        return [dict(g) for g in self.gpus]
+
+    def notes(self) -> list[str]:
+        return list(self.hidden)
 
 
 # -- test doubles for Jupyter's parts and for pluggable backends: faults on demand -------------
@@ -61,7 +70,7 @@ class FailingCapacity(CapacityProvider):
     name = "failing"
     down = True
 
-    async def acquire(self, session_id, gpu_bytes, device, on_queue=None) -> Grant:
+    def decide(self, need, holders) -> Verdict:
         if self.down:
             raise ConnectionError("the GPU scheduler at http://127.0.0.1:9/ refused the connection")
-        return Grant()
+        return Verdict(Grant(bytes=need.total))

@@ -262,7 +262,9 @@ async def assert_resume_fails_then_works(lab, s: dict, reason: str, words, repai
     assert (await lab.run(back["kernel_id"], READBACK)).strip() == READBACK_OK
 
 
-@pytest.mark.gp_config(capacity_provider_class="tests.fakes.FailingCapacity")
+@pytest.mark.gp_config(
+    capacity_provider_class="tests.fakes.FailingCapacity", gpu_kernelspecs=["python3*"]
+)
 async def test_resume_when_the_capacity_backend_fails(lab, store_dir):
     s = await _paused(lab, store_dir)
 

@@ -30,6 +30,36 @@ BAD_CONFIGS = [
         ["GpuPauseApp.capacity_provider_class = 'no.such.Class'", "could not be imported"],
     ),
     (
+        "unknown-provider-name",
+        "c.GpuPauseApp.capacity_provider_class = 'quotas'",
+        ["GpuPauseApp.capacity_provider_class = 'quotas'", "'auto', 'nvml', 'quota'"],
+    ),
+    (
+        "negative-quota",
+        "c.GpuPauseApp.capacity_provider_class = 'quota'\nc.QuotaCapacity.max_sessions = -1",
+        ["QuotaCapacity.max_sessions = -1: must be >= 0"],
+    ),
+    (
+        "misspelt-quota-setting",
+        "c.QuotaCapacity.max_session = 2",
+        ["QuotaCapacity.max_session is not a setting", "did you mean 'max_sessions'"],
+    ),
+    (
+        "queue-folder-not-writable",
+        "c.GpuPauseApp.capacity_queue_url = '/proc/self'",
+        ["GpuPauseApp.capacity_queue_url = '/proc/self'", "cannot write to /proc/self"],
+    ),
+    (
+        "queue-database-url",
+        "c.GpuPauseApp.capacity_queue_url = 'postgresql://hub@db/gpu'",
+        ["GpuPauseApp.capacity_queue_url = 'postgresql://hub@db/gpu'", "not supported yet"],
+    ),
+    (
+        "negative-resume-timeout",
+        "c.GpuPauseApp.resume_timeout = -5",
+        ["GpuPauseApp.resume_timeout = -5", ">= 0"],
+    ),
+    (
         "unknown-protocol",
         "c.GpuPauseApp.store_url = 'nosuchproto://x/y'",
         ["GpuPauseApp.store_url = 'nosuchproto://x/y'", "nosuchproto"],
@@ -109,7 +139,7 @@ def test_bad_setting_stops_the_server_at_start_naming_it(tmp_path, config, words
 @pytest.mark.parametrize(
     ("arg", "words"),
     [
-        ("--GpuPauseApp.capacity_provider_class=quota", "capacity_provider_class = 'quota'"),
+        ("--GpuPauseApp.capacity_provider_class=quotas", "capacity_provider_class = 'quotas'"),
         ("--GpuPauseApp.store_url=nosuchproto://x", "store_url = 'nosuchproto://x'"),
         ("--GpuPauseApp.kernel_answer_timeout=-1", "kernel_answer_timeout = -1.0"),
     ],

@@ -144,9 +144,21 @@ class _Resolver:
         raise pickle.UnpicklingError(f"unknown persistent reference {kind!r}")
 
 
+def _out_of_gpu_memory(e: BaseException) -> bool:
+    """CUDA ran out of memory (another process took what NVML said was free)."""
+    torch = sys.modules.get("torch")
+    oom = getattr(getattr(torch, "cuda", None), "OutOfMemoryError", None) if torch else None
+    return (oom is not None and isinstance(e, oom)) or "CUDA out of memory" in str(e)
+
+
 def restore_objects(doc: dict, blobs: dict, user_ns: dict, device: str = "any") -> dict:
-    """Rebuild the saved objects into ``user_ns``; returns the restore report."""
-    resolver = _Resolver(doc, blobs, user_ns, _device_map(doc["storages"], device))
+    """Rebuild the saved objects into ``user_ns``; returns the restore report.
+
+    Running out of GPU memory is not one object's failure but the placement's: the whole
+    restore stops with ``gpu-oom`` so the server can put the session back in line.
+    """
+    device_map = _device_map(doc["storages"], device)
+    resolver = _Resolver(doc, blobs, user_ns, device_map)
     stream = blobs[doc["pickle"]["blob"]].tobytes() if doc["pickle"]["bytes"] else b""
     restored, failed, registered, hooks = [], [], [], None
     previous = None
@@ -161,6 +173,10 @@ def restore_objects(doc: dict, blobs: dict, user_ns: dict, device: str = "any") 
                 value = unpickler.load()
                 previous = unpickler
         except Exception as e:
+            if _out_of_gpu_memory(e):
+                raise RestoreError(
+                    f"the GPU ran out of memory while restoring {name!r} ({e})", "gpu-oom"
+                ) from e
             failed.append({"name": name, "reason": f"{type(e).__name__}: {e}"})
             continue
         if obj["kind"] == "hooks":
@@ -178,4 +194,10 @@ def restore_objects(doc: dict, blobs: dict, user_ns: dict, device: str = "any") 
         "registered": registered,
         "hooks": hooks,
         "device": device,
+        # where each saved CUDA device's tensors went: "cuda:0", or "cpu"
+        "devices": {
+            saved: device_map.get(saved) or "cpu"
+            for saved in sorted({s["device"] for s in doc["storages"]})
+            if saved.startswith("cuda")
+        },
     }

@@ -10,6 +10,8 @@ from __future__ import annotations
 import getpass
 import os
 import re
+import socket
+import uuid
 
 from jupyter_core.paths import jupyter_data_dir
 from jupyter_server.extension.application import ExtensionApp
@@ -28,9 +30,24 @@ from traitlets import (
 )
 
 from ..store.keyfile import KeyFileError
-from .capacity import CapacityProvider, UnlimitedCapacity
+from .capacity import (
+    AutoCapacity,
+    CapacityProvider,
+    FolderQueue,
+    NvmlCapacity,
+    ProviderClass,
+    QuotaCapacity,
+    build_provider,
+)
 from .checkpoints import Checkpoints
-from .config import ConfigError, check_db_path, check_known_keys, check_secret_file, check_store
+from .config import (
+    ConfigError,
+    check_db_path,
+    check_known_keys,
+    check_queue_url,
+    check_secret_file,
+    check_store,
+)
 from .handlers import handlers
 from .kernels import KernelBridge
 from .lifecycle import Lifecycle
@@ -125,11 +142,39 @@ class GpuPauseApp(ExtensionApp):
         "a GPU, whatever its activity. Default: 0 (off). Example: 12.",
     ).tag(config=True)
 
-    capacity_provider_class = Type(
-        default_value=UnlimitedCapacity,
+    capacity_provider_class = ProviderClass(
+        default_value=AutoCapacity,
         klass=CapacityProvider,
-        help="Decides whether and on which GPU a resumed kernel may run. "
-        "Default: UnlimitedCapacity (resume at once).",
+        help="Decides whether and on which GPU a resumed GPU session may run: 'auto' "
+        "(default: 'nvml' where NVML sees a GPU, else 'unlimited'), 'nvml' (real GPUs and "
+        "their free memory, best fit, the kernel pinned with CUDA_VISIBLE_DEVICES), 'quota' "
+        "(c.QuotaCapacity.max_sessions / max_gpu_bytes, no GPU needed), 'unlimited' (resume "
+        "at once), or an importable CapacityProvider subclass.",
+    ).tag(config=True)
+
+    gpu_kernelspecs = List(
+        Unicode(),
+        default_value=[],
+        help="Globs of kernelspec names whose sessions count as GPU sessions even when NVML "
+        "cannot tell (no GPU visible yet, a container): they resume through the capacity "
+        "queue. Default: []. Example: ['python3-gpu*'].",
+    ).tag(config=True)
+
+    capacity_queue_url = Unicode(
+        help="Folder on this machine's local disk holding the resume queue and GPU usage "
+        "shared by every Jupyter server pointing at it (one per user under JupyterHub: give "
+        "them all one folder, group-writable, mode 2770). Not on NFS (SQLite locking). "
+        "Default: {jupyter_data_dir}/gpu_pause/ (this server only).",
+    ).tag(config=True)
+
+    @default("capacity_queue_url")
+    def _capacity_queue_url_default(self):
+        return _data()
+
+    resume_timeout = Float(
+        1800.0,
+        help="Longest a resume waits in line for a GPU before it fails, the checkpoint "
+        "intact (Resume tries again). Default: 1800 (30 min). 0 = wait forever.",
     ).tag(config=True)
 
     max_checkpoint_bytes = Int(
@@ -161,7 +206,7 @@ class GpuPauseApp(ExtensionApp):
             )
         return proposal["value"]
 
-    @validate("gpu_hold_alarm_hours", "max_checkpoint_bytes")
+    @validate("gpu_hold_alarm_hours", "max_checkpoint_bytes", "resume_timeout")
     def _not_negative(self, proposal):
         if proposal["value"] < 0:
             raise TraitError(
@@ -232,6 +277,17 @@ class GpuPauseApp(ExtensionApp):
         self._store = check_store(self.store_url, self.store_options)
         check_secret_file(self.secret_file)
         check_db_path(self.db_path)
+        self._queue_folder = check_queue_url(self.capacity_queue_url)
+        # The provider's and the queue's own settings (c.QuotaCapacity.max_sessions…): checked
+        # here, by building them once, so a bad value stops the server before it serves.
+        for cls in {self.capacity_provider_class, QuotaCapacity, NvmlCapacity, FolderQueue}:
+            check_known_keys(
+                self.config.get(cls.__name__, {}),
+                set(cls.class_trait_names(config=True)),
+                cls.__name__,
+            )
+        self.capacity_provider_class(parent=self)
+        FolderQueue(self._queue_folder, "", "", "", parent=self).close_now()
         if os.environ.get("JUPYTER_TOKEN"):
             self.log.warning(
                 "jupyter_gpu_pause: JUPYTER_TOKEN is set in the server's environment, and "
@@ -256,6 +312,15 @@ class GpuPauseApp(ExtensionApp):
         os.environ["JUPYTER_GPU_PAUSE_URL"] = server.connection_url
         os.environ.pop("JUPYTER_GPU_PAUSE_TOKEN", None)
         self.records = Records(self.db_path)
+        probe = self.gpu_probe_class(parent=self)
+        provider = build_provider(self.capacity_provider_class, self, probe)
+        queue = FolderQueue(
+            self._queue_folder,
+            server_id=uuid.uuid4().hex,
+            user=server_user(),
+            label=f"{server_user()}@{socket.gethostname()}:{server.port}",
+            parent=self,
+        )
         self.lifecycle = Lifecycle(
             bridge=KernelBridge(
                 server.kernel_manager,
@@ -266,7 +331,11 @@ class GpuPauseApp(ExtensionApp):
             ),
             records=self.records,
             checkpoints=Checkpoints(self._store, self.secret_file),
-            capacity=self.capacity_provider_class(parent=self),
+            provider=provider,
+            queue=queue,
+            gpu_kernelspecs=tuple(self.gpu_kernelspecs),
+            resume_timeout=self.resume_timeout,
+            configured_provider=self._provider_short_name(),
             settings=PauseSettings(
                 store_url=self._store.url,
                 store_options=dict(self.store_options),
@@ -279,7 +348,7 @@ class GpuPauseApp(ExtensionApp):
         self.monitor = Monitor(
             lifecycle=self.lifecycle,
             policies=self._policies,
-            probe=self.gpu_probe_class(parent=self),
+            probe=probe,
             poll_interval=self.poll_interval,
             gpu_hold_alarm_hours=self.gpu_hold_alarm_hours,
             capture=self.capture,
@@ -287,6 +356,10 @@ class GpuPauseApp(ExtensionApp):
             log=self.log,
         )
         self.settings.update({"gpu_pause": self.lifecycle, "gpu_pause_monitor": self.monitor})
+
+    def _provider_short_name(self) -> str:
+        cls = self.capacity_provider_class
+        return "auto" if cls is AutoCapacity else getattr(cls, "name", cls.__name__)
 
     def initialize_handlers(self):
         self.handlers.extend(handlers())

@@ -20,6 +20,7 @@ import fsspec
 from ..store import Store
 from ..store.keyfile import KeyFileError, load_secret
 from ..store.private import private_makedirs
+from .capacity import QueueError, check_queue_folder
 
 
 class ConfigError(ValueError):
@@ -176,6 +177,30 @@ def check_db_path(path: str) -> None:
         private_makedirs(os.path.dirname(os.path.abspath(path)))
     except OSError as e:
         raise ConfigError(f"{label}: cannot create its folder: {e.strerror}") from None
+
+
+def check_queue_url(url: str) -> str:
+    """``capacity_queue_url``: a folder on this machine every sharing server can write.
+
+    Returns the folder's absolute path. A URL (``postgresql://``: the cluster queue) is not
+    built yet and stops the server rather than being ignored.
+    """
+    label = f"GpuPauseApp.capacity_queue_url = {url!r}"
+    if not url:
+        raise ConfigError("GpuPauseApp.capacity_queue_url is empty; give a folder path")
+    if url.startswith("file://"):
+        url = url[len("file://") :]
+    elif "://" in url:
+        raise ConfigError(
+            f"{label}: only a folder on this machine is supported (a queue shared by the "
+            "servers of one machine); a database URL is not supported yet"
+        )
+    folder = os.path.abspath(os.path.expanduser(url))
+    try:
+        check_queue_folder(folder)
+    except QueueError as e:
+        raise ConfigError(f"{label}: {e}") from None
+    return folder
 
 
 def check_known_keys(section: dict, known: set[str], cls: str) -> None:

@@ -169,7 +169,7 @@ class ResumeHandler(BaseHandler):
         s = await self.lifecycle.resume(
             session_id,
             checkpoint_id=b.get("checkpoint_id"),
-            device="any" if b.get("device") is None else b["device"],
+            device=b.get("device"),
             into_kernel=b.get("into_kernel"),
         )
         self.send(self.lifecycle.view(s), 202)
@@ -222,7 +222,7 @@ class CheckpointsHandler(BaseHandler):
 class CapacityHandler(BaseHandler):
     @api
     async def get(self):
-        self.send(self.lifecycle.capacity.describe())
+        self.send(await self.lifecycle.describe_capacity())
 
 
 class EventsHandler(BaseHandler):

@@ -13,10 +13,11 @@ import asyncio
 import posixpath
 
 from ..store.format import check_checkpoint_id
-from .capacity import CapacityProvider
+from .capacity import Capacity, CapacityProvider, FolderQueue
 from .check import DryRun
 from .checkpoints import Checkpoints
 from .errors import BadRequest, NotFound, Unavailable, WrongState
+from .gpu_sessions import holders, is_gpu_session
 from .kernels import KernelBridge
 from .model import RUNNING, Session
 from .operations import DEVICES, Op, Operations, PauseSettings
@@ -36,12 +37,24 @@ class Lifecycle:
         bridge: KernelBridge,
         records: Records,
         checkpoints: Checkpoints,
-        capacity: CapacityProvider,
+        provider: CapacityProvider,
+        queue: FolderQueue | None,
         settings: PauseSettings,
         log,
+        gpu_kernelspecs: tuple[str, ...] = (),
+        resume_timeout: float = 0,
+        configured_provider: str | None = None,
     ):
         self.bridge, self.records, self.checkpoints = bridge, records, checkpoints
-        self.capacity, self.settings, self.log = capacity, settings, log
+        self.settings, self.log = settings, log
+        self.gpu_kernelspecs, self.resume_timeout = tuple(gpu_kernelspecs), resume_timeout
+        self.capacity = Capacity(
+            provider,
+            queue if provider.queued else None,
+            self._gpu_holders,
+            log,
+            configured_provider,
+        )
         self.sessions: dict[str, Session] = {}
         self.ops = Operations(self._rescue, log)
         # Admission (state checks up to registering the operation) awaits I/O; one lock keeps
@@ -65,6 +78,7 @@ class Lifecycle:
                     s.state, s.message = "paused", "Resume was interrupted by a server restart"
                     await self.records.save(s)
             await self.refresh()
+            await self.capacity.start()
         except Exception as e:
             self.start_error = f"{type(e).__name__}: {e}"
             raise
@@ -93,6 +107,7 @@ class Lifecycle:
     async def stop(self) -> None:
         """Cancel what can still be cancelled; give the rest a bounded time to finish."""
         await self.ops.drain(STOP_GRACE)
+        await self.capacity.stop()
 
     async def refresh(self) -> None:
         """Track every Jupyter session's kernel; settle records whose kernel has gone."""
@@ -155,8 +170,10 @@ class Lifecycle:
         if not s.checkpoint:
             if self.sessions.pop(s.id, None) is not None:  # a cull and a refresh may both see it
                 await self.records.delete(s.id)
+                self.capacity.changed()
             return
         s.state, s.kernel_id, s.gpu_devices_paused = "paused", None, 0  # no pause reclaimed it
+        s.device = s.grant = None
         s.message = (
             f"The kernel ended outside jupyter_gpu_pause; checkpoint {s.checkpoint['id']} "
             "is the last saved state"
@@ -198,8 +215,9 @@ class Lifecycle:
             await self.records.save(s)
         except Exception:
             self.log.exception("jupyter_gpu_pause: could not save the record of %s", s.path)
+        self.capacity.changed()
 
-    async def record_event(self, s: Session, type_: str, reason: str, **detail) -> None:
+    async def record_event(self, s: Session, type_: str, reason: str, /, **detail) -> None:
         """Add an event (never raises: an outcome is not undone because it could not be logged)."""
         self.log.info("gpu-pause %s %s (%s): %s", type_, s.path, reason, detail.get("message", ""))
         try:
@@ -226,6 +244,15 @@ class Lifecycle:
             raise WrongState(f"pause is not supported for {language} kernels", "unsupported-kernel")
         if not self.bridge.is_running(s.kernel_id):
             raise WrongState(f"cannot {verb}: the session's kernel is not running", "no-kernel")
+
+    def gpu_session(self, s: Session) -> bool:
+        return is_gpu_session(s, self.gpu_kernelspecs)
+
+    def _gpu_holders(self):
+        return holders(self.sessions.values(), self.gpu_kernelspecs, self.bridge.is_running)
+
+    async def describe_capacity(self) -> dict:
+        return await self.capacity.describe({s.id: s.path for s in self.sessions.values()})
 
     def user_cell_running(self, kernel_id: str) -> bool:
         if not self.bridge.is_running(kernel_id):
@@ -256,7 +283,7 @@ class Lifecycle:
         kernel = self.bridge.kernel(s.kernel_id) if running else None
         busy = self.user_busy(s.kernel_id) if running and self.user_busy else None
         notice = self.checkpoints.key_problem if s.checkpoint and not running else None
-        return session_json(s, kernel, busy, notice)
+        return session_json(s, kernel, busy, notice, self.gpu_session(s))
 
     async def kernel_session(self, kernel_id: str) -> Session:
         """The session of a running kernel (for the kernel's own requests)."""
@@ -349,13 +376,16 @@ class Lifecycle:
         self,
         session_id: str,
         checkpoint_id: str | None = None,
-        device: str = "any",
+        device: str | None = None,
         into_kernel: str | None = None,
     ) -> Session:
-        """Start (or join) a resume; returns at once with the session ``waiting``."""
+        """Start (or join) a resume; returns at once with the session ``waiting``.
+
+        Joining a resume that waits in line with ``device="cpu"`` takes it onto the CPU now.
+        """
         async with self._admission:
             s = self.get(session_id)
-            if device not in DEVICES:
+            if device is not None and device not in DEVICES:
                 raise BadRequest(
                     f"device must be one of {', '.join(DEVICES)}, not {device!r}", "bad-device"
                 )
@@ -366,6 +396,8 @@ class Lifecycle:
                     raise BadRequest(str(e), "bad-checkpoint-id") from None
             op = self.ops.get(s.id)
             if op and op.kind == "resume":
+                if device == "cpu" and s.state == "waiting":
+                    op.control.cpu_now()
                 return s
             if op or not (s.state == "paused" or (s.state == "failed" and s.checkpoint)):
                 raise WrongState(f"cannot resume: the session is {s.state}")

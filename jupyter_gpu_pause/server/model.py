@@ -35,6 +35,10 @@ class Session:
     gpu_seconds_idle: float = 0.0
     gpu_seconds_reclaimed: float = 0.0
     gpu_devices_paused: int = 0  # GPUs the kernel held when it was paused
+    # where the last resume put the running kernel: "gpu" (granted), "cpu" (no GPU visible),
+    # None (not placed by a resume); and the grant: {"devices": [GPU UUIDs], "bytes": n}
+    device: str | None = None
+    grant: dict | None = None
     progress: dict | None = field(default=None, compare=False)
     queue_position: int | None = field(default=None, compare=False)
     # kept up to date by the idle monitor; meaningless after a restart, so not persisted
@@ -43,10 +47,13 @@ class Session:
     policy: str | None = field(default=None, compare=False)
     gpu: dict | None = field(default=None, compare=False)
     idle_after: float | None = field(default=None, compare=False)
+    # while waiting for capacity: {"since", "reason", "needs_bytes", "device"}
+    waiting: dict | None = field(default=None, compare=False)
 
     TRANSIENT = (
         "progress",
         "queue_position",
+        "waiting",
         "last_activity",
         "pause_at",
         "policy",

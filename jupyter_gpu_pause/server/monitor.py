@@ -201,6 +201,7 @@ class Monitor:
         for s in [s for s in self.lc.sessions.values() if s.id not in evaluated]:
             await self._account_stopped(s, self.watches.setdefault(s.id, Watch()), now)
         await self.ledger.flush()  # one transaction per tick
+        self.lc.capacity.changed()  # GPU memory measured anew: the node's usage follows
         self.passes += 1
         self.last_pass = now
 

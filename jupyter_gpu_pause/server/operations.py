@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from .model import Session
 
-DEVICES = ("gpu", "cpu", "any")
+DEVICES = ("gpu", "cpu", "any")  # where a resume may put the kernel (REST ``device``)
 IN_FLIGHT = ("pausing", "waiting", "restoring")
 
 
@@ -37,6 +37,7 @@ class Op:
     reason: str = "user"  # who asked: "user" or "policy:<name>", for the events
     task: asyncio.Task | None = None
     committed: bool = False  # pause: manifest verified, cancel no longer possible
+    control: object | None = None  # the running Pause or Resume (a resume: ``cpu_now``)
 
 
 class Operations:
@@ -105,6 +106,7 @@ def checkpoint_brief(m) -> dict:
         "objects": len(m.doc["objects"]),
         "skipped": len(m.doc["skipped"]),
         "skipped_objects": m.doc["skipped"],
+        "gpu_bytes": gpu_bytes(m),
     }
 
 
@@ -113,3 +115,12 @@ def gpu_bytes(m) -> int:
     return sum(
         int(b["bytes"]) for b in m.blobs.values() if str(b.get("device", "cpu")).startswith("cuda")
     )
+
+
+def gpu_bytes_per_device(m) -> list[int]:
+    """GPU bytes of a checkpoint per saved CUDA device (the grant needs one GPU for each)."""
+    per: dict[str, int] = {}
+    for st in m.doc.get("storages", []):
+        if str(st.get("device", "cpu")).startswith("cuda"):
+            per[st["device"]] = per.get(st["device"], 0) + int(st.get("nbytes", 0))
+    return list(per.values())

@@ -55,7 +55,7 @@ class Pause:
             s.progress = None
         try:
             await self.lc.bridge.shutdown(self.kernel_id)
-            self.lc.capacity.release(s.id)
+            await self.lc.capacity.release(s.id)
         except (Exception, asyncio.CancelledError) as e:
             await self._kernel_kept(manifest, e)
             return
@@ -94,7 +94,7 @@ class Pause:
     # -- outcomes -------------------------------------------------------------------------------
     async def _paused(self, manifest) -> None:
         s = self.s
-        s.state, s.kernel_id, s.error = "paused", None, None
+        s.state, s.kernel_id, s.error, s.device, s.grant = "paused", None, None, None, None
         s.gpu_devices_paused = gpu_device_count(s.gpu)  # reclaimed from now on, per device
         s.checkpoint = checkpoint_brief(manifest)
         skipped = manifest.doc["skipped"]

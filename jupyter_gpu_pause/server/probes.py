@@ -50,6 +50,11 @@ class GpuProbe(LoggingConfigurable):
         return {}
 
     def devices(self) -> list[dict]:
+        """Every GPU: ``uuid``, ``name``, ``memory_total``, ``memory_used``, ``utilization``."""
+        return []
+
+    def notes(self) -> list[str]:
+        """What this probe cannot see here, in words an admin can act on."""
         return []
 
 
@@ -88,6 +93,34 @@ class NvmlProbe(GpuProbe):
                 }
             )
         return out
+
+    def notes(self) -> list[str]:
+        """MIG slices and PID namespaces hide processes from NVML: say so, and what follows."""
+        if not self.available:
+            return []
+        n, notes = self._nvml, []
+        for index, h in enumerate(self._handles()):
+            try:
+                mig = n.nvmlDeviceGetMigMode(h)[0] == n.NVML_DEVICE_MIG_ENABLE
+            except n.NVMLError:
+                mig = False
+            try:
+                procs = n.nvmlDeviceGetComputeRunningProcesses(h)
+                used = n.nvmlDeviceGetMemoryInfo(h).used
+            except n.NVMLError:
+                procs, used = [], 0
+            if mig:
+                notes.append(
+                    f"GPU {index} is in MIG mode: NVML cannot tell which kernel uses it; GPU "
+                    "sessions are known by their checkpoints and GpuPauseApp.gpu_kernelspecs"
+                )
+            elif used > 1 << 30 and not procs:
+                notes.append(
+                    f"GPU {index} has {used >> 20} MiB in use but NVML shows no process (a "
+                    "container's PID namespace?): kernels' GPU use cannot be measured; GPU "
+                    "sessions are known by their checkpoints and GpuPauseApp.gpu_kernelspecs"
+                )
+        return notes
 
     def sample(self, pids_by_key):
         if not self.available:

@@ -10,13 +10,16 @@ the resume is shut down again and the capacity grant released.
 from __future__ import annotations
 
 import asyncio
+import posixpath
 from dataclasses import dataclass
 
 from ..store import IntegrityError, StoreError
+from ..store.format import iso, utcnow
 from ..units import count_text
+from .capacity import Grant
 from .errors import AgentFailed, GpuPauseError
 from .model import Session
-from .operations import Op, checkpoint_brief, gpu_bytes
+from .operations import Op, checkpoint_brief, gpu_bytes, gpu_bytes_per_device
 from .pause import failure
 
 NONE_VALID = "no checkpoint of this session passed verification"
@@ -27,8 +30,24 @@ class ResumeOptions:
     """What the caller asked for (REST body, checked by ``Lifecycle.resume``)."""
 
     checkpoint_ids: tuple[str, ...]  # newest first: tried in this order
-    device: str = "any"
+    device: str | None = None  # gpu | cpu | any; None: gpu for a GPU session, else as is
     into_kernel: str | None = None
+
+
+def _duration(seconds: float) -> str:
+    if seconds % 3600 == 0:
+        return count_text(int(seconds // 3600), "hour")
+    if seconds >= 60 and seconds % 60 == 0:
+        return f"{int(seconds // 60)} min"
+    return f"{seconds:g} s"
+
+
+def _device_targets(devices) -> bool:
+    """``{"cuda:3": "cuda:0" | "cpu"}``: where each saved device's tensors went."""
+    return isinstance(devices, dict) and all(
+        isinstance(k, str) and isinstance(v, str) and len(k) < 40 and len(v) < 40
+        for k, v in devices.items()
+    )
 
 
 def check_restore_report(report: dict) -> dict:
@@ -50,6 +69,7 @@ def check_restore_report(report: dict) -> dict:
         and names(report.get("registered"))
         and pairs(report.get("failed"), "reason")
         and pairs(report.get("skipped"), "reason")
+        and _device_targets(report.get("devices", {}))
     ):
         raise AgentFailed(
             "the kernel's agent sent a restore report the server cannot read", "bad-agent-reply"
@@ -63,10 +83,16 @@ class Resume:
         self.ids = list(options.checkpoint_ids)
         self.refused: list[dict] = []
         self.started: str | None = None  # a kernel this resume started (shut down on failure)
+        self.take_cpu = asyncio.Event()  # "Resume on CPU now" while waiting in line
+        self.asked = utcnow()
+        self.waited = 0.0  # seconds spent in line
+        self.place: float | None = None  # the place held in line, kept if it goes back once
+        self.requeued = False
+        op.control = self
 
     async def run(self) -> None:
         try:
-            manifest, kid, report = await self._restore()
+            manifest, kid, report, grant = await self._restore()
         except asyncio.CancelledError:
             await self._undo()
             await self._cancelled()
@@ -76,39 +102,46 @@ class Resume:
             await self._failed(e)
             return
         finally:
-            self.s.progress, self.s.queue_position = None, None
-        await self._resumed(manifest, kid, report)
+            self.s.progress, self.s.queue_position, self.s.waiting = None, None, None
+        await self._resumed(manifest, kid, report, grant)
 
     async def _restore(self):
         s, lc, into = self.s, self.lc, self.options.into_kernel
         manifest = await self._next_valid()
         if manifest is None:
             raise AgentFailed(NONE_VALID, "integrity")
+        while True:
+            grant = Grant(device="none") if into else await self._capacity(manifest)
+            s.state, s.queue_position, s.waiting = "restoring", None, None
+            s.device = None if grant.device == "none" else grant.device
+            s.grant = None
+            if grant.device == "gpu":
+                s.grant = {"devices": grant.devices, "bytes": grant.bytes}
+            s.message = "Restoring" + (" on the CPU" if grant.device == "cpu" else "")
+            s.progress = {"phase": "starting", "done_bytes": 0, "total_bytes": manifest.total_bytes}
+            await lc.persist(s)
+            if into:
+                kid = into
+            else:
+                kid = self.started = await lc.bridge.start(
+                    s.kernel_name, s.cwd, s.path, s.name, grant.env
+                )
+            self.op.kernel_id = kid
+            try:
+                manifest, report = await self._restore_into(kid, manifest, grant)
+            except AgentFailed as e:
+                if e.reason != "gpu-oom" or self.requeued or grant.device != "gpu":
+                    raise
+                await self._back_in_line(e)
+                continue
+            check_restore_report(report)
+            await lc.bridge.attach(s.path, s.name, s.type, s.kernel_name, kid)
+            return manifest, kid, report, grant
 
-        def queued(pos: int) -> None:
-            s.queue_position = pos
-
-        try:
-            grant = await lc.capacity.acquire(
-                s.id, gpu_bytes(manifest), self.options.device, queued
-            )
-        except GpuPauseError:
-            raise
-        except Exception as e:  # the provider's backend (a scheduler, a database) failed
-            raise GpuPauseError(
-                f"the capacity provider '{lc.capacity.name}' failed ({type(e).__name__}: {e})",
-                "capacity",
-            ) from e
-        s.state, s.queue_position, s.message = "restoring", None, "Restoring"
-        s.progress = {"phase": "starting", "done_bytes": 0, "total_bytes": manifest.total_bytes}
-        await lc.persist(s)
-        if into:
-            kid = into
-        else:
-            kid = self.started = await lc.bridge.start(
-                s.kernel_name, s.cwd, s.path, s.name, grant.env
-            )
-        self.op.kernel_id = kid
+    async def _restore_into(self, kid: str, manifest, grant: Grant):
+        """Restore into ``kid``, falling back to older checkpoints that verify."""
+        lc = self.lc
+        device = "any" if grant.any else {"gpu": "gpu", "cpu": "cpu"}.get(grant.device, "any")
         while True:
             try:
                 report = await lc.bridge.run_agent(
@@ -118,11 +151,11 @@ class Resume:
                         "manifest": manifest.doc,
                         "store_url": lc.settings.store_url,
                         "store_options": lc.settings.store_options,
-                        "device": self.options.device,
+                        "device": device,
                     },
-                    lc.on_progress(s),
+                    lc.on_progress(self.s),
                 )
-                break
+                return manifest, report
             except AgentFailed as e:
                 if e.reason != "integrity":
                     raise
@@ -132,9 +165,118 @@ class Resume:
                 manifest = await self._next_valid()
                 if manifest is None:
                     raise AgentFailed(NONE_VALID, "integrity") from e
-        check_restore_report(report)
-        await lc.bridge.attach(s.path, s.name, s.type, s.kernel_name, kid)
-        return manifest, kid, report
+
+    # -- capacity ------------------------------------------------------------------------------
+    def _mode(self, manifest) -> str:
+        """``gpu`` | ``cpu`` | ``any`` as asked; unasked, ``gpu`` for a GPU session, else
+        ``none`` (no capacity asked, the kernel's environment untouched)."""
+        if self.options.device:
+            return self.options.device
+        return "gpu" if self.lc.gpu_session(self.s) or gpu_bytes(manifest) else "none"
+
+    async def _capacity(self, manifest) -> Grant:
+        lc, mode = self.lc, self._mode(manifest)
+        if mode == "cpu":
+            return Grant.cpu()
+        if mode == "none":
+            return Grant(device="none")
+        need = lc.capacity.need(self.s.id, gpu_bytes_per_device(manifest))
+        try:
+            if mode == "any":
+                grant = await lc.capacity.try_now(need)
+                if grant is None:
+                    return Grant.cpu()
+                grant.any = True  # the agent uses a visible GPU, else the CPU
+                return grant
+            return await self._wait_in_line(need, mode, "gpu-oom" if self.requeued else None)
+        except GpuPauseError:
+            raise
+        except Exception as e:  # the provider's backend (a scheduler, a database) failed
+            raise GpuPauseError(
+                f"the capacity provider '{lc.capacity.name}' failed ({type(e).__name__}: {e})",
+                "capacity",
+            ) from e
+
+    async def _wait_in_line(self, need, mode: str, reason: str | None = None) -> Grant:
+        """Wait in the node's line until granted, the user takes the CPU, or time runs out."""
+        s, lc = self.s, self.lc
+        s.state = "waiting"
+        s.waiting = {
+            "since": iso(self.asked),
+            "reason": reason or "queue",
+            "needs_bytes": need.total,
+            "device": mode,
+        }
+        announced = [True] if reason else []  # back in line: _back_in_line announced it
+
+        async def on_wait(turn) -> None:
+            why = turn.verdict.message if turn.verdict.grant is None else ""
+            ahead = turn.position - 1
+            if ahead and not why:
+                why = f"{count_text(ahead, 'session')} ahead in line"
+            elif ahead:
+                why += f"; {count_text(ahead, 'session')} ahead in line"
+            code = turn.verdict.reason if turn.verdict.grant is None else "queue"
+            if reason and not announced:
+                code = reason  # back in line after running out of GPU memory: say so first
+            s.queue_position = turn.position
+            s.waiting = {**s.waiting, "reason": code}
+            s.message = f"Waiting for a GPU (#{turn.position} in line): {why}"
+            if not announced:
+                announced.append(True)
+                await lc.persist(s)
+                await lc.record_event(
+                    s, "waiting", "user", position=turn.position, reason=code, message=s.message
+                )
+
+        began = asyncio.get_running_loop().time()
+        line = asyncio.ensure_future(
+            lc.capacity.wait(need, posixpath.basename(s.path), self.asked, on_wait, self.place)
+        )
+        cpu = asyncio.ensure_future(self.take_cpu.wait())
+        timeout = lc.resume_timeout or None
+        try:
+            done, _ = await asyncio.wait(
+                {line, cpu}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            for t in (line, cpu):
+                if not t.done():
+                    t.cancel()
+            await asyncio.gather(line, cpu, return_exceptions=True)
+            self.waited += asyncio.get_running_loop().time() - began
+        if line in done:
+            grant, self.place = line.result()
+            return grant
+        if cpu in done:
+            return Grant.cpu()
+        raise GpuPauseError(
+            f"no GPU became free within {_duration(timeout)}; your checkpoint is intact — "
+            "Resume to try again",
+            "capacity-timeout",
+        )
+
+    async def _back_in_line(self, e: AgentFailed) -> None:
+        """The GPU filled up under the restore (NVML's free memory is advisory): give the
+        kernel and the grant back and wait again, once, at the same place in line."""
+        self.requeued = True
+        await self._undo()
+        self.started = None
+        s = self.s
+        s.state, s.device, s.grant, s.progress = "waiting", None, None, None
+        s.message = (
+            "The GPU ran out of memory while restoring (another process took it); "
+            "back in line to try once more"
+        )
+        await self.lc.persist(s)
+        await self.lc.record_event(
+            s, "waiting", "user", position=None, reason="gpu-oom", message=s.message
+        )
+        self.lc.log.warning("jupyter_gpu_pause: %s: %s", s.path, e.message)
+
+    def cpu_now(self) -> None:
+        """The user chose the CPU while waiting: leave the line and resume there."""
+        self.take_cpu.set()
 
     async def _next_valid(self):
         """The newest checkpoint not tried yet that verifies, or None; refusals are recorded."""
@@ -154,10 +296,7 @@ class Resume:
 
     async def _undo(self) -> None:
         """Give back what the resume took: the capacity grant and a kernel it started."""
-        try:
-            self.lc.capacity.release(self.s.id)
-        except Exception:
-            self.lc.log.exception("jupyter_gpu_pause: could not release capacity")
+        await self.lc.capacity.release(self.s.id)
         if self.started:
             try:
                 await self.lc.bridge.shutdown(self.started)
@@ -168,9 +307,12 @@ class Resume:
                 )
 
     # -- outcomes -------------------------------------------------------------------------------
-    async def _resumed(self, manifest, kid: str, report: dict) -> None:
+    async def _resumed(self, manifest, kid: str, report: dict, grant: Grant) -> None:
         s, lc = self.s, self.lc
         await lc.merge_into(s, kid)  # the record of into_kernel merges into this one
+        placed = set(report.get("devices", {}).values())
+        if grant.any and placed == {"cpu"}:  # "any" with no GPU visible after all
+            s.device, s.grant = "cpu", None
         s.state, s.kernel_id, s.error = "active", kid, None
         s.checkpoint = checkpoint_brief(manifest)
         s.restore = {**report, "refused": self.refused}
@@ -190,12 +332,15 @@ class Resume:
             restored=report["restored"],
             failed=failed,
             refused=self.refused,
+            device=s.device,
+            devices=grant.devices,
+            waited_seconds=round(self.waited, 3),
             message=s.message,
         )
 
     async def _cancelled(self) -> None:
         s = self.s
-        s.state, s.message = "paused", "Resume cancelled"
+        s.state, s.message, s.device, s.grant = "paused", "Resume cancelled", None, None
         await self.lc.persist(s)
         await self.lc.record_event(s, "cancelled", "user", message=s.message)
 
@@ -208,7 +353,7 @@ class Resume:
         lost = bool(self.refused) and reason == "integrity"
         if self.refused:
             text += " — refused: " + "; ".join(r["message"] for r in self.refused)
-        s.state = "failed"
+        s.state, s.device, s.grant = "failed", None, None
         if self.started or not self.options.into_kernel:
             s.kernel_id = None  # the kernel started for the resume is gone again
         s.error = {

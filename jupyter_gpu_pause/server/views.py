@@ -33,7 +33,13 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def session_json(s: Session, kernel, busy: bool | None = None, notice: str | None = None) -> dict:
+def session_json(
+    s: Session,
+    kernel,
+    busy: bool | None = None,
+    notice: str | None = None,
+    gpu_session: bool = False,
+) -> dict:
     """``busy``: a person's cell runs (from the monitor); None falls back to Jupyter's view.
 
     ``notice``: a problem that affects this session now (a missing signing key), said in its
@@ -66,6 +72,9 @@ def session_json(s: Session, kernel, busy: bool | None = None, notice: str | Non
         "checkpoint": s.checkpoint,
         "progress": s.progress,
         "queue_position": s.queue_position,
+        "waiting": s.waiting if s.state == "waiting" else None,
+        "device": s.device,
+        "gpu_session": gpu_session,
         "error": s.error,
         "message": notice or _message(s, state, idle),
         "restore": s.restore,

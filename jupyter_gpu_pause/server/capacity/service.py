@@ -1,0 +1,197 @@
+"""What resumes and the session table talk to: the provider, the node's queue, and this
+server's part of the node's usage.
+
+``wait`` keeps a resume in line until the provider grants it (FIFO across every server on the
+queue); ``try_now`` is the "a GPU if one is free now" of ``device: "any"``; ``changed`` tells
+the queue, soon and coalesced, which GPU sessions this server holds (a pause, a kernel's end,
+a new GPU kernel), and wakes this server's own waiters at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timezone
+
+from ...store.format import iso
+from ..errors import GpuPauseError
+from .base import CapacityProvider, Grant, Holder, Need, Verdict
+from .queue import FolderQueue, Turn
+
+
+class NeverFits(GpuPauseError):
+    """The need exceeds what this node could ever give: waiting would be forever."""
+
+    def __init__(self, message: str):
+        super().__init__(message, "too-large")
+
+
+class Capacity:
+    def __init__(
+        self,
+        provider: CapacityProvider,
+        queue: FolderQueue | None,
+        holders: Callable[[], list[Holder]],
+        log,
+        configured: str | None = None,
+    ):
+        self.provider, self.queue, self._holders, self.log = provider, queue, holders, log
+        self.configured = configured or provider.name
+        self._wake = asyncio.Event()
+        self._sync_task: asyncio.Task | None = None
+        self._dirty = False
+        self._heartbeat: asyncio.Task | None = None
+
+    @property
+    def name(self) -> str:
+        return self.provider.name
+
+    @property
+    def queued(self) -> bool:
+        return self.queue is not None
+
+    # -- running -------------------------------------------------------------------------------
+    async def start(self) -> None:
+        if self.queue is not None:
+            await self.queue.open()
+            self._heartbeat = asyncio.ensure_future(self._renew_forever())
+            self.changed()
+
+    async def stop(self) -> None:
+        for task in (self._heartbeat, self._sync_task):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        if self.queue is not None:
+            await self.queue.close()
+
+    async def _renew_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.queue.lease_seconds / 3)
+            try:
+                if not await self.queue.renew():  # lapsed: others dropped our holdings
+                    self.log.warning("jupyter_gpu_pause: the capacity queue lease had lapsed")
+                    self.changed()
+            except Exception:
+                self.log.exception("jupyter_gpu_pause: could not renew the capacity queue lease")
+
+    # -- asking --------------------------------------------------------------------------------
+    def need(self, session_id: str, gpu_bytes_per_device: list[int]) -> Need:
+        return self.provider.need(session_id, gpu_bytes_per_device)
+
+    def _decide(self, need: Need, holders: list[Holder]) -> Verdict:
+        verdict = self.provider.decide(need, holders)
+        if verdict.never:
+            raise NeverFits(verdict.message)
+        return verdict
+
+    async def wait(
+        self,
+        need: Need,
+        name: str,
+        since: datetime,
+        on_wait: Callable[[Turn], Awaitable[None]],
+        rank: float | None = None,
+    ) -> tuple[Grant, float | None]:
+        """Wait in line until granted; returns the grant and the place held in line.
+
+        Cancelling leaves the line (and gives back a grant made at that very moment).
+        """
+        if self.queue is None:
+            verdict = self._decide(need, [])
+            return verdict.grant or Grant(), None
+        stamp = since.timestamp()
+        entry, rank = await self.queue.join(need, name, stamp, rank)
+        try:
+            while True:
+                wake = self._wake
+                turn = await self.queue.turn(entry, rank, need, name, stamp, self._decide)
+                if turn.grant is not None:
+                    return turn.grant, rank
+                await on_wait(turn)
+                try:
+                    await asyncio.wait_for(wake.wait(), self.queue.poll_interval)
+                except asyncio.TimeoutError:
+                    pass
+        except BaseException:
+            await asyncio.shield(self._leave(entry, need.session_id))
+            raise
+
+    async def try_now(self, need: Need) -> Grant | None:
+        """A grant if nobody is in line and it fits now, else None (never waits)."""
+        if self.queue is None:
+            return self.provider.decide(need, []).grant
+        return await self.queue.try_now(need, self.provider.decide)
+
+    async def _leave(self, entry: int | None, session_id: str) -> None:
+        try:
+            await self.queue.leave(entry, session_id)
+        except Exception:
+            self.log.exception("jupyter_gpu_pause: could not leave the capacity queue")
+        self._notify()
+
+    async def release(self, session_id: str) -> None:
+        """Give back a grant at once (a failed or cancelled resume, a pause)."""
+        if self.queue is not None:
+            await self._leave(None, session_id)
+
+    # -- this server's usage -------------------------------------------------------------------
+    def changed(self) -> None:
+        """The GPU sessions of this server may have changed: tell the queue, soon."""
+        if self.queue is None:
+            return
+        if self._sync_task is None or self._sync_task.done():
+            self._sync_task = asyncio.ensure_future(self._sync())
+        else:
+            self._dirty = True
+
+    async def _sync(self) -> None:
+        while True:
+            self._dirty = False
+            try:
+                await self.queue.set_holders(self._holders())
+            except Exception:
+                self.log.exception("jupyter_gpu_pause: could not update the capacity queue")
+            self._notify()
+            if not self._dirty:
+                return
+
+    def _notify(self) -> None:
+        """Wake this server's waiters now (others find out at their next look)."""
+        self._wake.set()
+        self._wake = asyncio.Event()
+
+    # -- GET capacity --------------------------------------------------------------------------
+    async def describe(self, paths: dict[str, str]) -> dict:
+        """``paths``: this server's session ids → notebook paths (others show file names)."""
+        snap = await self.queue.snapshot() if self.queue else {"queue": [], "holders": []}
+        holders = snap["holders"]
+        queue = []
+        for e in snap["queue"]:
+            queue.append(
+                {
+                    "session_id": e["session_id"],
+                    "path": paths.get(e["session_id"], e["name"]),
+                    "server": e["server"],
+                    "user": e["user"],
+                    "position": e["position"],
+                    "since": iso(datetime.fromtimestamp(e["since"], timezone.utc)),
+                    "needs_bytes": e["needs_bytes"],
+                    "reason": e["reason"],
+                    "message": e["message"],
+                }
+            )
+        return {
+            "provider": self.provider.name,
+            "configured": self.configured,
+            "queue_folder": self.queue.folder if self.queue else None,
+            "devices": self.provider.devices(holders),
+            "limits": self.provider.limits(),
+            "usage": {"sessions": len(holders), "gpu_bytes": sum(h.bytes for h in holders)},
+            "holders": [
+                {"session_id": h.session_id, "path": paths.get(h.session_id), "bytes": h.bytes}
+                for h in holders
+            ],
+            "queue": queue,
+            "notes": self.provider.notes(),
+        }
