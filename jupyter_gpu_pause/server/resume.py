@@ -88,6 +88,7 @@ class Resume:
         self.waited = 0.0  # seconds spent in line
         self.place: float | None = None  # the place held in line, kept if it goes back once
         self.requeued = False
+        self.granted_at = None  # when the line granted a GPU (benchmarks: release → next start)
         op.control = self
 
     async def run(self) -> None:
@@ -247,6 +248,7 @@ class Resume:
             self.waited += asyncio.get_running_loop().time() - began
         if line in done:
             grant, self.place = line.result()
+            self.granted_at = utcnow()
             return grant
         if cpu in done:
             return Grant.cpu()
@@ -335,6 +337,7 @@ class Resume:
             device=s.device,
             devices=grant.devices,
             waited_seconds=round(self.waited, 3),
+            granted_at=iso(self.granted_at) if self.granted_at else None,
             message=s.message,
         )
 
