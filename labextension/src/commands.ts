@@ -1,8 +1,9 @@
 /**
- * The session commands (pause, resume, cancel, keep running, discard, open
- * panel, refresh). Each takes an optional session id or notebook path and
- * otherwise acts on the current notebook, so the palette, the panel, the
- * notebook toolbar, the status bar and the notifications share one code path.
+ * The session commands (pause, resume, resume on CPU, cancel, keep running,
+ * discard, open panel, refresh). Each takes an optional session id or
+ * notebook path and otherwise acts on the current notebook, so the palette,
+ * the panel, the notebook toolbar, the status bar and the notifications
+ * share one code path.
  */
 import { Dialog, Notification, showDialog } from '@jupyterlab/apputils';
 import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
@@ -12,6 +13,7 @@ import { ReadonlyPartialJSONObject } from '@lumino/coreutils';
 import { DisposableSet, IDisposable } from '@lumino/disposable';
 import { Widget } from '@lumino/widgets';
 
+import { offersCpuResume } from './actions';
 import { GpuPauseAPI, GpuPauseError } from './api';
 import { bytesText, durationText } from './format';
 import { SessionsModel } from './model';
@@ -23,6 +25,7 @@ import {
   IResumeOptions,
   ISession,
   ISessionCommandArgs,
+  ResumeDevice,
   SessionState
 } from './tokens';
 
@@ -53,6 +56,7 @@ export interface ICommandsOptions {
 const ALLOWED: Record<string, ReadonlyArray<SessionState>> = {
   [CommandIDs.pause]: ['active', 'idle'],
   [CommandIDs.resume]: ['paused', 'failed'],
+  [CommandIDs.resumeCpu]: ['paused', 'failed', 'waiting'],
   [CommandIDs.cancel]: ['pausing', 'waiting'],
   [CommandIDs.keepRunning]: ['active', 'idle'],
   [CommandIDs.discard]: ['paused', 'failed']
@@ -63,29 +67,6 @@ const ALLOWED: Record<string, ReadonlyArray<SessionState>> = {
  */
 export function notebookPath(panel: NotebookPanel): string {
   return panel.sessionContext.path || panel.context.localPath;
-}
-
-/**
- * The obvious next action on a session, for one-click views (toolbar, status
- * bar): pause a running kernel, resume a paused one, cancel a pause or a
- * queued resume; `null` when nothing applies (restoring, failed without a
- * checkpoint).
- */
-export function primaryCommand(session: ISession): string | null {
-  switch (session.state) {
-    case 'active':
-    case 'idle':
-      return CommandIDs.pause;
-    case 'paused':
-      return CommandIDs.resume;
-    case 'failed':
-      return session.checkpoint ? CommandIDs.resume : null;
-    case 'pausing':
-    case 'waiting':
-      return CommandIDs.cancel;
-    default:
-      return null;
-  }
 }
 
 /**
@@ -118,6 +99,10 @@ export function addCommands(options: ICommandsOptions): IDisposable {
     }
     if (id === CommandIDs.resume && session.state === 'failed') {
       return session.checkpoint !== null;
+    }
+    if (id === CommandIDs.resumeCpu && session.state !== 'waiting') {
+      // Without GPU tensors a CPU resume is the plain Resume: not offered.
+      return ALLOWED[id].includes(session.state) && offersCpuResume(session);
     }
     if (id === CommandIDs.keepRunning) {
       return session.pause_at !== null;
@@ -172,17 +157,23 @@ export function addCommands(options: ICommandsOptions): IDisposable {
     }
   };
 
+  /**
+   * Add a session command. One that is only sometimes offered (`offered`)
+   * is hidden where it does not apply, instead of greyed out.
+   */
   const add = (
     id: string,
     label: string,
     caption: string,
-    execute: (args: ReadonlyPartialJSONObject) => Promise<void>
+    execute: (args: ReadonlyPartialJSONObject) => Promise<void>,
+    offered = false
   ): IDisposable =>
     commands.addCommand(id, {
       label,
       caption,
       describedBy: { args: Private.SESSION_ARGS },
       isEnabled: args => allows(id, args),
+      isVisible: offered ? args => allows(id, args) : undefined,
       execute
     });
 
@@ -241,36 +232,62 @@ export function addCommands(options: ICommandsOptions): IDisposable {
     return result.button.accept;
   };
 
+  /**
+   * Resume a paused or failed session, on `device` when given. A notebook
+   * that got a new kernel while paused is restored into it only if the user
+   * agrees: never overwrite its variables without asking.
+   */
+  const resume = async (
+    session: ISession,
+    device?: ResumeDevice
+  ): Promise<ISession | void> => {
+    const options: IResumeOptions = device ? { device } : {};
+    const kernel = Private.openKernel(tracker, session.path);
+    if (kernel && kernel !== session.kernel_id) {
+      const result = await showDialog({
+        title: trans.__('Restore into the running kernel?'),
+        body: trans.__(
+          '%1 has a new kernel since it was paused. Restoring replaces the variables of that kernel with the saved ones.',
+          session.path
+        ),
+        buttons: [
+          Dialog.cancelButton({ label: trans.__('Cancel') }),
+          Dialog.warnButton({ label: trans.__('Restore into it') })
+        ]
+      });
+      if (!result.button.accept) {
+        return;
+      }
+      options.into_kernel = kernel;
+    }
+    return api.resume(session.id, options);
+  };
+
   disposables.add(
     add(
       CommandIDs.resume,
       trans.__('Resume Paused Kernel'),
       trans.__('Start a kernel and restore the saved state into it'),
+      args => run(args, session => resume(session))
+    )
+  );
+
+  disposables.add(
+    add(
+      CommandIDs.resumeCpu,
+      trans.__('Resume on CPU'),
+      trans.__(
+        'Start a kernel without a GPU and restore the saved state into it, GPU tensors into CPU memory; a resume waiting for a GPU leaves the queue'
+      ),
       args =>
-        run(args, async session => {
-          const resume: IResumeOptions = {};
-          const kernel = Private.openKernel(tracker, session.path);
-          if (kernel && kernel !== session.kernel_id) {
-            // The notebook got a new kernel while paused: never overwrite its
-            // variables without asking.
-            const result = await showDialog({
-              title: trans.__('Restore into the running kernel?'),
-              body: trans.__(
-                '%1 has a new kernel since it was paused. Restoring replaces the variables of that kernel with the saved ones.',
-                session.path
-              ),
-              buttons: [
-                Dialog.cancelButton({ label: trans.__('Cancel') }),
-                Dialog.warnButton({ label: trans.__('Restore into it') })
-              ]
-            });
-            if (!result.button.accept) {
-              return;
-            }
-            resume.into_kernel = kernel;
-          }
-          return api.resume(session.id, resume);
-        })
+        run(args, session =>
+          // A waiting resume already settled its kernel question: the
+          // server only moves it from the GPU queue onto the CPU.
+          session.state === 'waiting'
+            ? api.resume(session.id, { device: 'cpu' })
+            : resume(session, 'cpu')
+        ),
+      true
     )
   );
 
@@ -279,7 +296,7 @@ export function addCommands(options: ICommandsOptions): IDisposable {
       CommandIDs.cancel,
       trans.__('Cancel Pause or Resume'),
       trans.__(
-        'Stop a running pause (the kernel keeps running) or a queued resume'
+        'Stop a running pause (the kernel keeps running) or leave the GPU queue (the session stays paused)'
       ),
       args => run(args, session => api.cancel(session.id))
     )

@@ -5,6 +5,7 @@
  */
 import type { TranslationBundle } from '@jupyterlab/translation';
 
+import { isCapacityTimeout } from './actions';
 import { ISession, ISessionError, SessionState } from './tokens';
 
 /**
@@ -204,7 +205,10 @@ export function statusText(
   switch (session.state) {
     case 'active':
     case 'idle': {
-      parts.push(gpuText(session, trans) || trans.__('No GPU'));
+      parts.push(
+        gpuText(session, trans) ||
+          (session.device === 'cpu' ? trans.__('On CPU') : trans.__('No GPU'))
+      );
       if (session.state === 'idle' && session.idle_seconds !== null) {
         parts.push(
           trans.__('idle %1', durationText(session.idle_seconds, trans))
@@ -237,18 +241,87 @@ export function statusText(
       }
       break;
     case 'waiting':
-      parts.push(trans.__('Waiting for GPU'));
-      if (session.queue_position !== null) {
-        parts.push(`#${session.queue_position}`);
-      }
+      parts.push(waitingLabel(session, trans));
       break;
     case 'failed':
-      parts.push(trans.__('Pause/resume failed'));
+      parts.push(
+        isCapacityTimeout(session)
+          ? trans.__('No GPU became free')
+          : trans.__('Pause/resume failed')
+      );
       break;
     default:
       parts.push(String(session.state));
   }
   return parts.join(' · ');
+}
+
+/**
+ * The short label of a waiting session, for the toolbar and the status
+ * bar: "Waiting for GPU · #2", or "Waiting for GPU" without a position.
+ */
+export function waitingLabel(session: ISession, trans: Trans): string {
+  const position = session.queue_position;
+  return typeof position === 'number'
+    ? trans.__('Waiting for GPU · #%1', position)
+    : trans.__('Waiting for GPU');
+}
+
+/**
+ * Seconds a waiting session has waited so far, counted from
+ * `waiting.since`; `null` when the server gave no start.
+ */
+export function waitedSeconds(session: ISession, now: number): number | null {
+  const left = secondsUntil(session.waiting?.since ?? null, now);
+  return left === null ? null : Math.max(0, -left);
+}
+
+/**
+ * Where a waiting session stands: "#2 in line · waiting 3 min". Never an
+ * ETA: the queue cannot know when others release their GPUs, and a wrong
+ * promise is worse than none.
+ */
+export function queueText(
+  session: ISession,
+  trans: Trans,
+  now: number
+): string {
+  const parts: string[] = [];
+  if (typeof session.queue_position === 'number') {
+    parts.push(trans.__('#%1 in line', session.queue_position));
+  }
+  const waited = waitedSeconds(session, now);
+  if (waited !== null) {
+    parts.push(trans.__('waiting %1', durationText(waited, trans)));
+  }
+  return parts.join(' · ');
+}
+
+/**
+ * Why a resume waits, in words, for when the server sent no message of its
+ * own (it normally does, with the numbers: show that one as is).
+ */
+export function waitReasonText(session: ISession, trans: Trans): string {
+  switch (session.waiting?.reason) {
+    case 'queue':
+      return trans.__('Waiting for a GPU: others are ahead in line');
+    case 'quota-sessions':
+      return trans.__(
+        'Waiting for a GPU: the limit of GPU sessions on this machine is in use'
+      );
+    case 'quota-bytes':
+      return trans.__(
+        'Waiting for a GPU: the GPU-memory limit on this machine is in use'
+      );
+    case 'gpu-memory':
+      return trans.__('Waiting for a GPU: no GPU has enough free memory');
+    case 'gpu-oom':
+      return trans.__(
+        'Waiting for a GPU: the GPU filled up during the restore, so the resume is back in line'
+      );
+    default:
+      return trans.__('Waiting for a GPU');
+  }
 }
 
 /**

@@ -151,6 +151,7 @@ const panel: JupyterFrontEndPlugin<void> = {
         CommandIDs.refresh,
         CommandIDs.pause,
         CommandIDs.resume,
+        CommandIDs.resumeCpu,
         CommandIDs.cancel,
         CommandIDs.keepRunning,
         CommandIDs.discard

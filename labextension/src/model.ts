@@ -91,8 +91,9 @@ export class SessionsModel implements IDisposable {
   }
 
   /**
-   * Emitted every second while some session shows a countdown (`pause_at`),
-   * so views can tick without asking the server.
+   * Emitted every second while some session shows a countdown (`pause_at`)
+   * or the time it has waited for a GPU, so views can tick without asking
+   * the server.
    */
   get clock(): ISignal<this, void> {
     return this._clock;
@@ -272,7 +273,9 @@ export class SessionsModel implements IDisposable {
     this._sessionsText = text;
     this._sessions = sessions;
     this._poll.frequency = this._frequency();
-    this._setTimer(sessions.some(s => s.pause_at !== null));
+    this._setTimer(
+      sessions.some(s => s.pause_at !== null || s.state === 'waiting')
+    );
     this._changed.emit();
   }
 

@@ -1,8 +1,10 @@
 /**
  * Lifecycle events as JupyterLab notifications: an idle policy's warning
- * with "Keep running" and "Pause now", and the outcome of every pause and
- * resume, whoever started it. Also reattaches open notebooks to the kernel
- * a resume started, so the next cell sees the restored variables.
+ * with "Keep running" and "Pause now", the outcome of every pause and
+ * resume, whoever started it, and what a resume waiting for a GPU did by
+ * itself (a GPU became free, or none did in time). Also reattaches open
+ * notebooks to the kernel a resume started, so the next cell sees the
+ * restored variables.
  */
 import { Notification } from '@jupyterlab/apputils';
 import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
@@ -11,10 +13,38 @@ import type { TranslationBundle } from '@jupyterlab/translation';
 import { CommandRegistry } from '@lumino/commands';
 import { IDisposable } from '@lumino/disposable';
 
+import { isCapacityTimeout, offersCpuResume } from './actions';
 import { notebookPath } from './commands';
 import { bytesText, errorText, sentence } from './format';
 import { SessionsModel } from './model';
-import { CommandIDs, IEvent, ISession, ISkippedObject } from './tokens';
+import {
+  failureText,
+  fileName,
+  pauseFailedText,
+  resumedText,
+  skippedText
+} from './notifyText';
+import {
+  CommandIDs,
+  IEvent,
+  ISession,
+  ISessionCommandArgs,
+  SessionState
+} from './tokens';
+
+/**
+ * States a waiting resume reaches when a GPU became free for it.
+ */
+const CONTINUED: ReadonlyArray<SessionState> = ['restoring', 'active', 'idle'];
+
+/**
+ * Commands by which the user moves a waiting resume out of the queue; what
+ * follows is their doing, not news.
+ */
+const LEAVE_QUEUE: ReadonlyArray<string> = [
+  CommandIDs.cancel,
+  CommandIDs.resumeCpu
+];
 
 /**
  * Construction options of {@link EventNotifier}.
@@ -41,6 +71,7 @@ export class EventNotifier implements IDisposable {
     this._options = options;
     options.model.eventsReceived.connect(this._onEvents, this);
     options.model.changed.connect(this._onSessions, this);
+    options.commands.commandExecuted.connect(this._onCommand, this);
   }
 
   /**
@@ -60,6 +91,7 @@ export class EventNotifier implements IDisposable {
     this._isDisposed = true;
     this._options.model.eventsReceived.disconnect(this._onEvents, this);
     this._options.model.changed.disconnect(this._onSessions, this);
+    this._options.commands.commandExecuted.disconnect(this._onCommand, this);
   }
 
   private _onEvents(_: SessionsModel, events: IEvent[]): void {
@@ -68,11 +100,142 @@ export class EventNotifier implements IDisposable {
     }
   }
 
+  private _onSessions(model: SessionsModel): void {
+    this._withdrawWarnings(model);
+    this._followQueue(model);
+  }
+
+  /**
+   * Remember that the user moved a waiting resume (Cancel, Resume on CPU
+   * now), from any view: the registry sees every command run.
+   */
+  private _onCommand(
+    _: CommandRegistry,
+    executed: CommandRegistry.ICommandExecutedArgs
+  ): void {
+    if (!LEAVE_QUEUE.includes(executed.id)) {
+      return;
+    }
+    const session = this._sessionOf(executed.args as ISessionCommandArgs);
+    if (session?.state === 'waiting') {
+      this._leftByUser.add(session.id);
+    }
+  }
+
+  /**
+   * The session a command's arguments name, as the commands resolve it.
+   */
+  private _sessionOf(args: ISessionCommandArgs): ISession | null {
+    const { model, tracker } = this._options;
+    if (args.sessionId) {
+      return model.byId(args.sessionId);
+    }
+    const current = tracker?.currentWidget;
+    return model.byPath(args.path ?? (current ? notebookPath(current) : null));
+  }
+
+  /**
+   * Announce what a waiting resume did by itself, from two successive
+   * snapshots (the first one is history): it continues because a GPU
+   * became free, or it failed because none did in time. A move the user
+   * made is not news, and neither is a resume already announced by its
+   * event (events and snapshots may arrive in either order).
+   */
+  private _followQueue(model: SessionsModel): void {
+    const states = new Map<string, SessionState>();
+    for (const session of model.sessions) {
+      const id = session.id;
+      const before = this._states.get(id);
+      states.set(id, session.state);
+      if (before === undefined || before === session.state) {
+        continue;
+      }
+      if (session.state === 'waiting') {
+        // A new wait: how the last one ended is no longer news.
+        this._told.delete(id);
+      }
+      if (before !== 'waiting') {
+        continue;
+      }
+      const byUser = this._leftByUser.delete(id);
+      if (isCapacityTimeout(session)) {
+        this._capacityTimeout(session, id, '');
+      } else if (
+        !byUser &&
+        CONTINUED.includes(session.state) &&
+        session.device !== 'cpu' &&
+        this._told.get(id) !== 'resumed'
+      ) {
+        this._gpuFree(session);
+      }
+    }
+    this._states = states;
+    for (const id of [...this._told.keys(), ...this._leftByUser]) {
+      if (!states.has(id)) {
+        this._told.delete(id);
+        this._leftByUser.delete(id);
+      }
+    }
+  }
+
+  /**
+   * A GPU became free and the queue let the resume go on.
+   */
+  private _gpuFree(session: ISession): void {
+    const { trans } = this._options;
+    const path = fileName(session.path);
+    this._outcome(
+      session.id,
+      Notification.info(
+        session.state === 'restoring'
+          ? trans.__('%1: a GPU is free — restoring now', path)
+          : trans.__('%1: a GPU became free — resumed', path),
+        { autoClose: 6000 }
+      )
+    );
+  }
+
+  /**
+   * No GPU became free in time: the checkpoint is intact, so offer to try
+   * again (on the CPU too when that is a real choice). Told once, whether
+   * the snapshot or the `resume_failed` event shows it first.
+   */
+  private _capacityTimeout(
+    session: ISession | null,
+    sessionId: string,
+    fallback: string
+  ): void {
+    if (this._told.get(sessionId) === 'capacity-timeout') {
+      return;
+    }
+    this._told.set(sessionId, 'capacity-timeout');
+    const { trans } = this._options;
+    const path = fileName(session?.path ?? sessionId);
+    const reason = isCapacityTimeout(session)
+      ? errorText(session!.error, trans)
+      : sentence(fallback);
+    const actions = [
+      this._action(trans.__('Resume'), CommandIDs.resume, sessionId)
+    ];
+    if (session && offersCpuResume(session)) {
+      actions.push(
+        this._action(trans.__('Resume on CPU'), CommandIDs.resumeCpu, sessionId)
+      );
+    }
+    this._outcome(
+      sessionId,
+      Notification.warning(trans.__('%1: %2', path, reason), {
+        autoClose: false,
+        actions
+      })
+    );
+  }
+
   /**
    * A warning whose session no longer has a pending pause (keep-alive, the
    * user came back, the pause started) is withdrawn.
    */
-  private _onSessions(model: SessionsModel): void {
+  private _withdrawWarnings(model: SessionsModel): void {
     for (const [sessionId, warning] of this._warnings) {
       const session = model.byId(sessionId);
       // A warn-only policy never sets `pause_at`: its warning lasts until
@@ -93,7 +256,7 @@ export class EventNotifier implements IDisposable {
     const { model, trans } = this._options;
     const session = model.byId(event.session_id);
     // The file name keeps a toast short; the panel shows the folder.
-    const path = (session?.path ?? event.session_id).split('/').pop()!;
+    const path = fileName(session?.path ?? event.session_id);
     const message = event.detail.message ?? '';
     const byPolicy = event.reason.startsWith('policy:');
     const sessionId = event.session_id;
@@ -110,7 +273,7 @@ export class EventNotifier implements IDisposable {
               'Paused %1: %2 saved, GPU released.',
               path,
               bytesText(event.detail.bytes as number)
-            ) + Private.skippedText(event.detail.skipped, trans),
+            ) + skippedText(event.detail.skipped, trans),
             {
               autoClose: byPolicy ? false : 6000,
               actions: [
@@ -125,16 +288,16 @@ export class EventNotifier implements IDisposable {
         this._dismissWarning(sessionId);
         this._outcome(
           sessionId,
-          Notification.error(
-            Private.pauseFailedText(path, session, message, trans),
-            { autoClose: false }
-          )
+          Notification.error(pauseFailedText(path, session, message, trans), {
+            autoClose: false
+          })
         );
         break;
       case 'resumed':
+        this._told.set(sessionId, 'resumed');
         this._outcome(
           sessionId,
-          Notification.success(trans.__('Resumed %1. %2', path, message), {
+          Notification.success(resumedText(path, event, trans), {
             autoClose: 6000
           })
         );
@@ -143,22 +306,33 @@ export class EventNotifier implements IDisposable {
         }
         break;
       case 'resume_failed':
+        if (
+          event.detail.error_reason === 'capacity-timeout' ||
+          isCapacityTimeout(session)
+        ) {
+          this._capacityTimeout(session, sessionId, message);
+          break;
+        }
         this._outcome(
           sessionId,
           Notification.error(
             trans.__(
               'Resume of %1 failed: %2',
               path,
-              Private.failureText(session, message, trans)
+              failureText(session, message, trans)
             ),
             { autoClose: false }
           )
         );
         break;
       case 'waiting':
-        Notification.info(
-          trans.__('%1 is waiting for a free GPU. %2', path, message),
-          { autoClose: 6000 }
+        // An outcome too: "a GPU is free" replaces it.
+        this._outcome(
+          sessionId,
+          Notification.info(
+            trans.__('%1 is waiting for a free GPU. %2', path, message),
+            { autoClose: 6000 }
+          )
         );
         break;
       case 'culled':
@@ -211,7 +385,7 @@ export class EventNotifier implements IDisposable {
         policy
       );
     }
-    text += Private.skippedText(event.detail.skipped, trans, true);
+    text += skippedText(event.detail.skipped, trans, true);
     const actions = [
       this._action(
         trans.__('Keep running'),
@@ -309,75 +483,10 @@ export class EventNotifier implements IDisposable {
   }
 
   private _isDisposed = false;
+  private _leftByUser = new Set<string>();
   private _options: IEventNotifierOptions;
   private _outcomes = new Map<string, string>();
+  private _states = new Map<string, SessionState>();
+  private _told = new Map<string, 'resumed' | 'capacity-timeout'>();
   private _warnings = new Map<string, { id: string; action: string }>();
-}
-
-/**
- * Module-private helpers.
- */
-namespace Private {
-  /**
-   * " Not saved: a, b." for the objects a pause skipped; '' when none.
-   */
-  export function skippedText(
-    skipped: ISkippedObject[] | null | undefined,
-    trans: TranslationBundle,
-    future = false
-  ): string {
-    if (!skipped || !skipped.length) {
-      return '';
-    }
-    const names = skipped.map(s => s.name).join(', ');
-    return (
-      ' ' +
-      (future
-        ? trans.__('Will not survive: %1.', names)
-        : trans.__('Not saved: %1.', names))
-    );
-  }
-
-  /**
-   * The toast of a failed pause. A refused pause leaves the kernel running
-   * with its variables; that is said first.
-   */
-  export function pauseFailedText(
-    path: string,
-    session: ISession | null,
-    fallback: string,
-    trans: TranslationBundle
-  ): string {
-    const error = session?.error;
-    const running = session?.state === 'active' || session?.state === 'idle';
-    if (running && error && typeof error !== 'string' && error.state_intact) {
-      // What is safe comes first: a toast may cut a long error short.
-      return trans.__(
-        'Pause of %1 failed; the kernel is still running with all its variables. %2',
-        path,
-        sentence(error.message)
-      );
-    }
-    return trans.__(
-      'Pause of %1 failed: %2',
-      path,
-      failureText(session, fallback, trans)
-    );
-  }
-
-  /**
-   * What failed and what is safe, preferring the session's error record
-   * (it says whether the state is intact).
-   */
-  export function failureText(
-    session: ISession | null,
-    fallback: string,
-    trans: TranslationBundle
-  ): string {
-    const error = session?.error;
-    if (!error) {
-      return fallback;
-    }
-    return errorText(error, trans);
-  }
 }

@@ -19,6 +19,12 @@ export namespace CommandIDs {
   export const pause = 'jupyter-gpu-pause:pause';
   /** Resume the current notebook's paused kernel with its state. */
   export const resume = 'jupyter-gpu-pause:resume';
+  /**
+   * Resume on the CPU, without a GPU: a paused session at once, a waiting
+   * one by leaving the GPU queue. Offered when the checkpoint holds GPU
+   * tensors (they come back in CPU memory) and to every waiting session.
+   */
+  export const resumeCpu = 'jupyter-gpu-pause:resume-cpu';
   /** Open the panel that lists every tracked session. */
   export const openPanel = 'jupyter-gpu-pause:open-panel';
   /** Cancel a running pause or a queued resume. */
@@ -86,7 +92,8 @@ export const TRANSLATION_DOMAIN = 'jupyter_gpu_pause';
  * - `idle`: kernel running and idle; `pause_at` says when a policy pauses it.
  * - `pausing`: a checkpoint is being written; see `progress`.
  * - `paused`: checkpoint verified, kernel stopped, GPU released.
- * - `waiting`: resume asked, no capacity yet; see `queue_position`.
+ * - `waiting`: resume asked, queued for GPU capacity; see `queue_position`
+ *   and `waiting`.
  * - `restoring`: a new kernel is up and loading the state; see `progress`.
  * - `failed`: the last operation failed; see `error`.
  */
@@ -97,6 +104,40 @@ export type SessionState =
  * Where a resumed kernel may run.
  */
 export type ResumeDevice = 'gpu' | 'cpu' | 'any';
+
+/**
+ * Where a resumed kernel was placed: on a GPU, or on the CPU with no GPU
+ * visible.
+ */
+export type KernelDevice = 'gpu' | 'cpu';
+
+/**
+ * Why a resume waits, as a stable code (the session's `message` says it in
+ * words):
+ *
+ * - `queue`: other resumes are ahead in the node's FIFO queue.
+ * - `quota-sessions`: the admin's limit of GPU sessions on this machine is in use.
+ * - `quota-bytes`: the admin's GPU-memory limit on this machine is in use.
+ * - `gpu-memory`: no GPU has enough free memory.
+ * - `gpu-oom`: the GPU filled up during the restore; back in line once.
+ */
+export type WaitReason =
+  'queue' | 'quota-sessions' | 'quota-bytes' | 'gpu-memory' | 'gpu-oom';
+
+/**
+ * What a waiting resume waits for. The queue gives a position, never an
+ * ETA: it cannot know when others release their GPUs.
+ */
+export interface IWaiting {
+  /** When the wait began (ISO 8601 UTC); the time waited counts from here. */
+  since: string;
+  /** Why it still waits; newer servers may send other codes. */
+  reason: WaitReason | string;
+  /** GPU memory the restore needs, in bytes. */
+  needs_bytes: number;
+  /** The device asked for: a GPU, or `any` (a GPU when one is free). */
+  device: 'gpu' | 'any';
+}
 
 /**
  * An error as the server reports it: a sentence for the user and a code.
@@ -136,6 +177,11 @@ export interface ICheckpointSummary {
   objects: number;
   /** Number of objects that could not be saved. */
   skipped: number;
+  /**
+   * Bytes of GPU (CUDA) tensors in it; more than 0 makes a resume on the
+   * CPU a real choice (they come back in CPU memory).
+   */
+  gpu_bytes: number;
   /** The objects that could not be saved, with why (when the server says). */
   skipped_objects?: ISkippedObject[];
 }
@@ -246,8 +292,14 @@ export interface ISession {
   checkpoint: ICheckpointSummary | null;
   /** Progress of a running pause or restore. */
   progress: IProgress | null;
-  /** Position in the capacity queue while `waiting`. */
+  /** Position in the node's GPU queue while `waiting`; 1 is next in line. */
   queue_position: number | null;
+  /** What a `waiting` session waits for; `null` in every other state. */
+  waiting: IWaiting | null;
+  /** Where the last resume placed the running kernel; `null` before any. */
+  device: KernelDevice | null;
+  /** Whether the session counts as a GPU session (uses or needs a GPU). */
+  gpu_session: boolean;
   /** Why the last operation failed. */
   error: ISessionError | string | null;
   /** A one-line summary for the user. */
@@ -287,7 +339,11 @@ export interface IEvent {
   type: EventType | string;
   /** Who caused it: `user`, `policy:<name>`, `preemption`, `shutdown`. */
   reason: string;
-  /** Event-specific details; `message` is a sentence for the user. */
+  /**
+   * Event-specific details; `message` is a sentence for the user. A
+   * `waiting` event adds `position` and `reason`; a `resumed` event adds
+   * `waited_seconds` and `device`; a `resume_failed` one `error_reason`.
+   */
   detail: {
     message?: string;
     pause_at?: string;

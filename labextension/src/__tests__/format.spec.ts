@@ -9,10 +9,11 @@ import {
   errorText,
   gibibytes,
   progressText,
+  queueText,
   statusText,
   untranslated
 } from '../format';
-import { makeSession } from './sessions';
+import { makeSession, makeWaiting } from './sessions';
 
 const NOW = Date.parse('2026-12-02T10:00:00Z');
 
@@ -75,7 +76,8 @@ describe('format', () => {
           created: '',
           bytes: 6_100_000_000,
           objects: 4,
-          skipped: 0
+          skipped: 0,
+          gpu_bytes: 0
         }
       }),
       'Paused · 6.1 GB'
@@ -84,6 +86,11 @@ describe('format', () => {
       'a queued resume',
       makeSession({ state: 'waiting', queue_position: 2 }),
       'Waiting for GPU · #2'
+    ],
+    [
+      'a queued resume without a position',
+      makeSession({ state: 'waiting' }),
+      'Waiting for GPU'
     ],
     [
       'a pause in progress',
@@ -95,6 +102,24 @@ describe('format', () => {
     ]
   ])('says %s in the status bar', (_, s, text) => {
     expect(statusText(s, untranslated, NOW)).toBe(text);
+  });
+
+  it('says where a waiting resume stands and how long it waited, never when it ends', () => {
+    // Given a resume waiting since 09:57:30, second in line
+    const s = makeWaiting('2026-12-02T09:57:30Z');
+    // Then at 10:00 it has waited 2.5 minutes, rounded as durations are
+    expect(queueText(s, untranslated, NOW)).toBe('#2 in line · waiting 3 min');
+    // And 45 s in, it says seconds
+    expect(queueText(s, untranslated, Date.parse('2026-12-02T09:58:15Z'))).toBe(
+      '#2 in line · waiting 45 s'
+    );
+    // And what it knows without a position or a start
+    expect(queueText({ ...s, queue_position: null }, untranslated, NOW)).toBe(
+      'waiting 3 min'
+    );
+    expect(queueText({ ...s, waiting: null }, untranslated, NOW)).toBe(
+      '#2 in line'
+    );
   });
 
   it('shows progress in bytes', () => {

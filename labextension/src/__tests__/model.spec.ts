@@ -176,4 +176,20 @@ describe('SessionsModel', () => {
       jest.useRealTimers();
     }
   });
+
+  it('ticks a clock while a resume waits, so the time waited moves', async () => {
+    jest.useFakeTimers();
+    try {
+      let ticks = 0;
+      model.clock.connect(() => ticks++);
+      // Given a waiting resume: polls answer the same until the queue moves
+      api.sessions = [session('a', 'waiting')];
+      await model.fetch();
+      // Then views still re-render every second
+      jest.advanceTimersByTime(3000);
+      expect(ticks).toBe(3);
+    } finally {
+      jest.useRealTimers();
+    }
+  });
 });

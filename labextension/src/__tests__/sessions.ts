@@ -23,8 +23,54 @@ export function makeSession(overrides: Partial<ISession> = {}): ISession {
     checkpoint: null,
     progress: null,
     queue_position: null,
+    waiting: null,
+    device: null,
+    gpu_session: false,
     error: null,
     message: null,
     ...overrides
   };
+}
+
+/**
+ * A checkpoint summary of `bytes`, of which `gpuBytes` are GPU tensors.
+ */
+export function makeCheckpoint(
+  bytes: number,
+  gpuBytes: number
+): NonNullable<ISession['checkpoint']> {
+  return {
+    id: 'cp1',
+    created: '2026-12-02T09:00:00Z',
+    bytes,
+    objects: 4,
+    skipped: 0,
+    gpu_bytes: gpuBytes
+  };
+}
+
+/**
+ * A resume waiting for a GPU since `since`, second in line because the
+ * machine's limit of GPU sessions is in use; `overrides` as above.
+ */
+export function makeWaiting(
+  since: string,
+  overrides: Partial<ISession> = {}
+): ISession {
+  return makeSession({
+    state: 'waiting',
+    kernel_id: null,
+    gpu_session: true,
+    checkpoint: makeCheckpoint(6_100_000_000, 4_000_000_000),
+    queue_position: 2,
+    waiting: {
+      since,
+      reason: 'quota-sessions',
+      needs_bytes: 14 * 1024 ** 3,
+      device: 'gpu'
+    },
+    message:
+      'Waiting for a GPU (#2 in line): the limit of 1 GPU session on this machine is in use',
+    ...overrides
+  });
 }

@@ -87,7 +87,8 @@ export class SessionsPanel extends Widget {
   }
 
   /**
-   * Countdowns move every second; nothing else changes without a poll.
+   * Countdowns and times waited move every second; nothing else changes
+   * without a poll (a wait's poll answers the same until the queue moves).
    */
   private _tick(): void {
     if (!this.isVisible) {
@@ -95,7 +96,7 @@ export class SessionsPanel extends Widget {
     }
     const now = Date.now();
     for (const session of this._options.model.sessions) {
-      if (session.pause_at !== null) {
+      if (session.pause_at !== null || session.state === 'waiting') {
         this._rows.get(session.id)?.update(session, now);
       }
     }

@@ -5,17 +5,21 @@
  */
 import type { TranslationBundle } from '@jupyterlab/translation';
 
+import { sessionActions } from '../actions';
 import {
   ageText,
   bytesText,
   countdownText,
   durationText,
   errorText,
+  gibibytes,
   gpuText,
   progressRatio,
   progressText,
+  queueText,
   secondsUntil,
-  stateLabel
+  stateLabel,
+  waitReasonText
 } from '../format';
 import { CommandIDs, ISession } from '../tokens';
 import { el, setText } from './dom';
@@ -28,31 +32,6 @@ export interface IRowActions {
   run(command: string, sessionId: string): void;
   /** Open the row's notebook. */
   open(path: string): void;
-}
-
-/**
- * The buttons a state offers, in order.
- */
-function actionsFor(session: ISession): string[] {
-  switch (session.state) {
-    case 'active':
-      return [CommandIDs.pause];
-    case 'idle':
-      return session.pause_at
-        ? [CommandIDs.pause, CommandIDs.keepRunning]
-        : [CommandIDs.pause];
-    case 'pausing':
-    case 'waiting':
-      return [CommandIDs.cancel];
-    case 'paused':
-      return [CommandIDs.resume, CommandIDs.discard];
-    case 'failed':
-      return session.checkpoint
-        ? [CommandIDs.resume, CommandIDs.discard]
-        : [CommandIDs.discard];
-    default:
-      return [];
-  }
 }
 
 /**
@@ -117,15 +96,12 @@ export class SessionRow {
     const busy = session.state === 'pausing' || session.state === 'restoring';
     this._progress.hidden = !busy && session.state !== 'waiting';
     if (session.state === 'waiting') {
+      // Where it stands and how long it has waited; the reason is the
+      // message below. No bar and no ETA: a queue has no known end.
       this._bar.hidden = true;
       setText(
         this._progressText,
-        session.queue_position !== null
-          ? trans.__(
-              'Waiting for a GPU: #%1 in the queue',
-              session.queue_position
-            )
-          : trans.__('Waiting for a GPU')
+        queueText(session, trans, now) || trans.__('Waiting for a GPU')
       );
     } else if (busy) {
       this._bar.hidden = false;
@@ -158,6 +134,10 @@ export class SessionRow {
     const trans = this._trans;
     if (session.state === 'failed') {
       return error;
+    }
+    if (session.state === 'waiting') {
+      // The server's reason, with its numbers, as it wrote it.
+      return session.message || waitReasonText(session, trans);
     }
     if (session.state !== 'active' && session.state !== 'idle') {
       return session.message ?? '';
@@ -192,6 +172,11 @@ export class SessionRow {
     const gpu = gpuText(session, trans);
     if (gpu) {
       parts.push(gpu);
+    } else if (
+      session.device === 'cpu' &&
+      (session.state === 'active' || session.state === 'idle')
+    ) {
+      parts.push(trans.__('on CPU'));
     }
     if (session.state === 'idle' && session.idle_seconds !== null) {
       parts.push(
@@ -212,12 +197,18 @@ export class SessionRow {
         )
       );
     }
+    const needs =
+      session.state === 'waiting' ? session.waiting?.needs_bytes : 0;
+    if (needs) {
+      parts.push(trans.__('needs %1 of GPU memory', gibibytes(needs)));
+    }
     return parts.join(' · ');
   }
 
   private _renderButtons(session: ISession): void {
-    const wanted = actionsFor(session);
-    const key = wanted.join(' ');
+    const wanted = sessionActions(session);
+    // Labels and hints depend on the state too ("Resume on CPU now").
+    const key = `${session.state} ${wanted.join(' ')}`;
     if (key === this._buttonsKey) {
       return;
     }
@@ -226,7 +217,8 @@ export class SessionRow {
     for (const command of wanted) {
       const button = el('button', 'jp-GpuPause-action', this._buttons);
       button.dataset.command = command;
-      button.textContent = this._label(command);
+      button.textContent = this._label(command, session);
+      button.title = this._hint(command, session);
       if (command === CommandIDs.discard) {
         button.classList.add('jp-mod-warn');
       }
@@ -236,13 +228,17 @@ export class SessionRow {
     }
   }
 
-  private _label(command: string): string {
+  private _label(command: string, session: ISession): string {
     const trans = this._trans;
     switch (command) {
       case CommandIDs.pause:
         return trans.__('Pause');
       case CommandIDs.resume:
         return trans.__('Resume');
+      case CommandIDs.resumeCpu:
+        return session.state === 'waiting'
+          ? trans.__('Resume on CPU now')
+          : trans.__('Resume on CPU');
       case CommandIDs.cancel:
         return trans.__('Cancel');
       case CommandIDs.keepRunning:
@@ -251,6 +247,35 @@ export class SessionRow {
         return trans.__('Discard');
       default:
         return command;
+    }
+  }
+
+  /**
+   * A button's tooltip, where its label alone leaves a doubt: what a CPU
+   * resume does with GPU tensors, and what leaving the queue keeps.
+   */
+  private _hint(command: string, session: ISession): string {
+    const trans = this._trans;
+    const gpuBytes = session.checkpoint?.gpu_bytes ?? 0;
+    switch (command) {
+      case CommandIDs.resumeCpu: {
+        const tensors = gpuBytes
+          ? ' ' +
+            trans.__(
+              'Its GPU tensors (%1) are restored into CPU memory.',
+              bytesText(gpuBytes)
+            )
+          : '';
+        return session.state === 'waiting'
+          ? trans.__('Leave the queue and resume without a GPU now.') + tensors
+          : trans.__('Resume without a GPU.') + tensors;
+      }
+      case CommandIDs.cancel:
+        return session.state === 'waiting'
+          ? trans.__('Leave the queue; the session stays paused.')
+          : trans.__('Stop the pause; the kernel keeps running.');
+      default:
+        return '';
     }
   }
 

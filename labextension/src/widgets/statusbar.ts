@@ -8,8 +8,8 @@ import { CommandRegistry } from '@lumino/commands';
 import { ISignal, Signal } from '@lumino/signaling';
 import { Widget } from '@lumino/widgets';
 
-import { primaryCommand } from '../commands';
-import { errorText, statusText } from '../format';
+import { primaryCommand } from '../actions';
+import { errorText, statusText, waitReasonText } from '../format';
 import { SessionsModel } from '../model';
 import { CommandIDs, ISession } from '../tokens';
 import { setText } from './dom';
@@ -126,11 +126,17 @@ export class GpuPauseStatus extends Widget {
         ? this._trans.__('Click to pause the kernel and release its GPU.')
         : command === CommandIDs.resume
           ? this._trans.__('Click to resume the kernel with its state.')
-          : '';
+          : session.state === 'waiting'
+            ? this._trans.__(
+                'Click to leave the queue; the session stays paused.'
+              )
+            : '';
     const detail =
       session.state === 'failed'
         ? errorText(session.error, this._trans)
-        : session.message;
+        : session.state === 'waiting'
+          ? session.message || waitReasonText(session, this._trans)
+          : session.message;
     this.node.title = [detail, hint].filter(Boolean).join('\n');
   }
 

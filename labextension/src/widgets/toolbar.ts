@@ -9,12 +9,15 @@ import type { TranslationBundle } from '@jupyterlab/translation';
 import { CommandRegistry } from '@lumino/commands';
 import { Widget } from '@lumino/widgets';
 
-import { notebookPath, primaryCommand } from '../commands';
+import { isCapacityTimeout, primaryCommand } from '../actions';
+import { notebookPath } from '../commands';
 import {
   countdownText,
   errorText,
   progressRatio,
-  secondsUntil
+  secondsUntil,
+  waitingLabel,
+  waitReasonText
 } from '../format';
 import { SessionsModel } from '../model';
 import { CommandIDs, ISession } from '../tokens';
@@ -96,13 +99,18 @@ export class NotebookStateButton extends Widget {
       [CommandIDs.resume]: trans.__(
         'Start a kernel and restore the saved variables'
       ),
-      [CommandIDs.cancel]: trans.__('Cancel')
+      [CommandIDs.cancel]:
+        session.state === 'waiting'
+          ? trans.__('Leave the queue; the session stays paused.')
+          : trans.__('Stop the pause; the kernel keeps running.')
     };
     const command = primaryCommand(session);
     const detail =
       session.state === 'failed'
         ? errorText(session.error, trans)
-        : session.message;
+        : session.state === 'waiting'
+          ? session.message || waitReasonText(session, trans)
+          : session.message;
     node.title = [detail, command ? hint[command] : '']
       .filter(Boolean)
       .join('\n');
@@ -125,12 +133,13 @@ export class NotebookStateButton extends Widget {
       case 'paused':
         return trans.__('Paused — Resume');
       case 'waiting':
-        return session.queue_position !== null
-          ? trans.__('Waiting for GPU · #%1', session.queue_position)
-          : trans.__('Waiting for GPU');
+        return waitingLabel(session, trans);
       case 'restoring':
         return trans.__('Restoring…%1', percent);
       case 'failed':
+        if (isCapacityTimeout(session)) {
+          return trans.__('No GPU free — Resume');
+        }
         return session.checkpoint
           ? trans.__('Failed — Resume')
           : trans.__('Pause failed');

@@ -1,0 +1,174 @@
+/**
+ * @jest-environment ./src/__tests__/jsdom-env.js
+ */
+/**
+ * The buttons of a waiting row reach the server: Cancel posts `cancel`,
+ * "Resume on CPU now" posts `resume` with `{"device": "cpu"}`; and the
+ * "Resume on CPU" command is offered only where it is a real choice.
+ *
+ * The real commands, REST client and sessions model run; only the HTTP
+ * layer (`ServerConnection.makeRequest`) answers canned responses, and
+ * JupyterLab's dialog and toast modules, ES modules Jest does not load, are
+ * stand-ins.
+ */
+import { visibleButtons } from './visible';
+
+jest.mock('@jupyterlab/services', () => ({
+  ServerConnection: {
+    makeSettings: () => ({ baseUrl: 'http://localhost:8888/' }),
+    makeRequest: jest.fn()
+  }
+}));
+jest.mock('@jupyterlab/apputils', () => ({
+  Notification: { warning: jest.fn(), error: jest.fn(), info: jest.fn() },
+  Dialog: {},
+  showDialog: jest.fn()
+}));
+jest.mock('@jupyterlab/notebook', () => ({}));
+
+import { Notification } from '@jupyterlab/apputils';
+import { ServerConnection } from '@jupyterlab/services';
+import { CommandRegistry } from '@lumino/commands';
+import { IDisposable } from '@lumino/disposable';
+
+import { GpuPauseAPI } from '../api';
+import { addCommands } from '../commands';
+import { SessionsModel } from '../model';
+import { CommandIDs, DEFAULT_SETTINGS, ISession } from '../tokens';
+import { SessionRow } from '../widgets/row';
+import { makeCheckpoint, makeSession, makeWaiting } from './sessions';
+import { trans } from './translation';
+
+const makeRequest = ServerConnection.makeRequest as unknown as jest.Mock;
+const NOW = Date.parse('2026-12-02T10:00:00Z');
+
+describe('session commands', () => {
+  let commands: CommandRegistry;
+  let model: SessionsModel;
+  let registered: IDisposable;
+  let listed: ISession[];
+
+  /** The server knows these sessions; the model has polled them. */
+  async function given(...sessions: ISession[]): Promise<void> {
+    listed = sessions;
+    await model.fetch();
+  }
+
+  /** The method, path and JSON body of each request the client sent. */
+  function requests(): [string, string, unknown][] {
+    return makeRequest.mock.calls.map(([url, init]) => [
+      init.method,
+      new URL(url).pathname,
+      init.body ? JSON.parse(init.body) : undefined
+    ]);
+  }
+
+  beforeEach(() => {
+    makeRequest.mockReset();
+    makeRequest.mockImplementation(
+      async () => new Response(JSON.stringify(listed[0]), { status: 202 })
+    );
+    commands = new CommandRegistry();
+    listed = [];
+    model = new SessionsModel({
+      api: {
+        listSessions: async () => listed,
+        events: async () => []
+      },
+      refreshInterval: 5
+    });
+    registered = addCommands({
+      api: new GpuPauseAPI(),
+      commands,
+      model,
+      settings: () => DEFAULT_SETTINGS,
+      tracker: null,
+      openPanel: () => undefined,
+      trans
+    });
+  });
+
+  afterEach(() => {
+    registered.dispose();
+    model.dispose();
+  });
+
+  it("posts cancel and resume-on-CPU from a waiting row's buttons", async () => {
+    // Given a resume waiting for a GPU, shown in the panel
+    const waiting = makeWaiting('2026-12-02T09:57:00Z');
+    await given(waiting);
+    const row = new SessionRow(
+      waiting,
+      {
+        run: (command, sessionId) =>
+          void commands.execute(command, { sessionId }),
+        open: () => undefined
+      },
+      trans
+    );
+    row.update(waiting, NOW);
+    const [cancel, cpu] = visibleButtons(
+      row.node as unknown as HTMLElement
+    ).slice(1);
+    // When the user clicks Cancel, then Resume on CPU now
+    expect([cancel.textContent, cpu.textContent]).toEqual([
+      'Cancel',
+      'Resume on CPU now'
+    ]);
+    cancel.click();
+    cpu.click();
+    await new Promise(resolve => setTimeout(resolve, 0));
+    // Then the server is asked to leave the queue, then to go on the CPU now
+    expect(requests()).toEqual([
+      ['POST', '/gpu-pause/api/sessions/s1/cancel', {}],
+      ['POST', '/gpu-pause/api/sessions/s1/resume', { device: 'cpu' }]
+    ]);
+    expect(Notification.error).not.toHaveBeenCalled();
+  });
+
+  it('resumes a paused session on the CPU', async () => {
+    await given(
+      makeSession({
+        state: 'paused',
+        kernel_id: null,
+        checkpoint: makeCheckpoint(6e9, 4e9)
+      })
+    );
+    await commands.execute(CommandIDs.resumeCpu, { sessionId: 's1' });
+    expect(requests()).toEqual([
+      ['POST', '/gpu-pause/api/sessions/s1/resume', { device: 'cpu' }]
+    ]);
+  });
+
+  it.each([
+    { desc: 'paused, GPU tensors', state: 'paused', gpu: 4e9, offered: true },
+    { desc: 'paused, no GPU tensors', state: 'paused', gpu: 0, offered: false },
+    { desc: 'failed, GPU tensors', state: 'failed', gpu: 4e9, offered: true },
+    { desc: 'failed, no GPU tensors', state: 'failed', gpu: 0, offered: false },
+    {
+      desc: 'waiting, no GPU tensors',
+      state: 'waiting',
+      gpu: 0,
+      offered: true
+    },
+    { desc: 'running', state: 'active', gpu: 4e9, offered: false }
+  ])(
+    'offers Resume on CPU for a session $desc: $offered',
+    async ({ state, gpu: gpuBytes, offered }) => {
+      await given(
+        makeSession({
+          state: state as ISession['state'],
+          checkpoint: makeCheckpoint(6e9, gpuBytes as number)
+        })
+      );
+      const args = { sessionId: 's1' };
+      expect(commands.label(CommandIDs.resumeCpu, args)).toBe('Resume on CPU');
+      expect(commands.isEnabled(CommandIDs.resumeCpu, args)).toBe(offered);
+      expect(commands.isVisible(CommandIDs.resumeCpu, args)).toBe(offered);
+      // The plain Resume stays for every paused session
+      if (state === 'paused') {
+        expect(commands.isEnabled(CommandIDs.resume, args)).toBe(true);
+      }
+    }
+  );
+});

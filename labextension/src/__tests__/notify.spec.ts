@@ -1,0 +1,278 @@
+/**
+ * @jest-environment ./src/__tests__/jsdom-env.js
+ */
+/**
+ * What a waiting resume does by itself reaches the user once: "a GPU is
+ * free — restoring now", or that no GPU became free in time, with Resume.
+ * What the user did themselves (Cancel, Resume on CPU now) is not news.
+ *
+ * The real sessions model polls a scripted server; JupyterLab's toast
+ * module, an ES module Jest does not load, records the toasts instead.
+ */
+
+jest.mock('@jupyterlab/apputils', () => {
+  const toasts: {
+    id: string;
+    type: string;
+    message: string;
+    options: any;
+  }[] = [];
+  let next = 0;
+  const show =
+    (type: string) =>
+    (message: string, options: any = {}): string => {
+      const id = `toast-${++next}`;
+      toasts.push({ id, type, message, options });
+      return id;
+    };
+  return {
+    Notification: {
+      toasts,
+      info: show('info'),
+      success: show('success'),
+      warning: show('warning'),
+      error: show('error'),
+      dismiss: jest.fn(),
+      update: jest.fn(),
+      manager: { has: () => true }
+    },
+    Dialog: {},
+    showDialog: jest.fn()
+  };
+});
+jest.mock('@jupyterlab/services', () => ({
+  ServerConnection: { makeSettings: () => ({ baseUrl: '/' }) }
+}));
+jest.mock('@jupyterlab/notebook', () => ({}));
+
+import { Notification } from '@jupyterlab/apputils';
+import { CommandRegistry } from '@lumino/commands';
+import { ReadonlyPartialJSONObject } from '@lumino/coreutils';
+
+import { SessionsModel } from '../model';
+import { EventNotifier } from '../notify';
+import { CommandIDs, IEvent, ISession } from '../tokens';
+import { makeCheckpoint, makeSession, makeWaiting } from './sessions';
+import { trans } from './translation';
+
+/** What the toast stand-in recorded. */
+interface IToast {
+  id: string;
+  type: string;
+  message: string;
+  options: { actions?: { label: string; callback: () => void }[] };
+}
+
+const toasts = (Notification as any).toasts as IToast[];
+const dismiss = Notification.dismiss as jest.Mock;
+
+const SINCE = '2026-12-02T09:57:00Z';
+const TIMEOUT_MESSAGE =
+  'no GPU became free within 30 min; your checkpoint is intact — Resume to try again';
+
+function waiting(overrides: Partial<ISession> = {}): ISession {
+  return makeWaiting(SINCE, overrides);
+}
+
+function restoring(overrides: Partial<ISession> = {}): ISession {
+  return makeSession({
+    state: 'restoring',
+    kernel_id: 'k2',
+    checkpoint: makeCheckpoint(6e9, 4e9),
+    progress: { phase: 'loading', done_bytes: 1e9, total_bytes: 6e9 },
+    ...overrides
+  });
+}
+
+function timedOut(gpuBytes = 4e9): ISession {
+  return makeSession({
+    state: 'failed',
+    kernel_id: null,
+    checkpoint: makeCheckpoint(6e9, gpuBytes),
+    error: {
+      reason: 'capacity-timeout',
+      state_intact: true,
+      message: TIMEOUT_MESSAGE
+    }
+  });
+}
+
+function event(type: string, detail: IEvent['detail'] = {}): IEvent {
+  return {
+    time: new Date().toISOString(),
+    session_id: 's1',
+    type,
+    reason: 'user',
+    detail
+  };
+}
+
+describe('EventNotifier', () => {
+  let model: SessionsModel;
+  let commands: CommandRegistry;
+  let notifier: EventNotifier;
+  let executed: [string, ReadonlyPartialJSONObject][];
+  let answer: { sessions: ISession[]; events: IEvent[] };
+
+  /** One poll of the server answering these sessions and new events. */
+  async function poll(sessions: ISession[], events: IEvent[] = []) {
+    answer = { sessions, events };
+    await model.fetch();
+  }
+
+  beforeEach(() => {
+    toasts.length = 0;
+    dismiss.mockClear();
+    executed = [];
+    commands = new CommandRegistry();
+    for (const id of [
+      CommandIDs.resume,
+      CommandIDs.resumeCpu,
+      CommandIDs.cancel
+    ]) {
+      commands.addCommand(id, {
+        execute: args => void executed.push([id, args])
+      });
+    }
+    answer = { sessions: [], events: [] };
+    model = new SessionsModel({
+      api: {
+        listSessions: async () => answer.sessions,
+        events: async () => answer.events
+      },
+      refreshInterval: 5
+    });
+    notifier = new EventNotifier({
+      model,
+      commands,
+      tracker: null,
+      sessions: { refreshRunning: async () => undefined } as any,
+      trans
+    });
+  });
+
+  afterEach(() => {
+    notifier.dispose();
+    model.dispose();
+  });
+
+  it('says once that a GPU is free when a waiting resume goes on by itself', async () => {
+    // Given a resume waiting in line (the page's first poll: history)
+    await poll([waiting()]);
+    expect(toasts).toEqual([]);
+    // When a GPU frees and the restore starts, over two polls
+    await poll([restoring()]);
+    await poll([restoring({ progress: null })]);
+    // Then the user is told once
+    expect(toasts.map(t => t.message)).toEqual([
+      'train.ipynb: a GPU is free — restoring now'
+    ]);
+    // And the resume's own toast replaces it when it is done
+    await poll(
+      [makeSession({ state: 'active', device: 'gpu' })],
+      [event('resumed', { message: 'Restored 4 objects', device: 'gpu' })]
+    );
+    expect(toasts.map(t => t.message)).toEqual([
+      'train.ipynb: a GPU is free — restoring now',
+      'Resumed train.ipynb. Restored 4 objects.'
+    ]);
+    expect(dismiss).toHaveBeenCalledWith(toasts[0].id);
+  });
+
+  it('says a GPU became free when the resume was done before the next poll', async () => {
+    await poll([waiting()]);
+    await poll([makeSession({ state: 'idle', device: 'gpu' })]);
+    expect(toasts.map(t => t.message)).toEqual([
+      'train.ipynb: a GPU became free — resumed'
+    ]);
+  });
+
+  it('is silent when the user moved the resume out of the queue', async () => {
+    // Given a waiting resume
+    await poll([waiting()]);
+    // When the user resumes it on the CPU now, and it restores
+    await commands.execute(CommandIDs.resumeCpu, { sessionId: 's1' });
+    await poll([restoring()]);
+    // Then nothing says a GPU is free
+    expect(toasts).toEqual([]);
+
+    // And after a Cancel and a new wait, the queue's news is news again
+    await poll([waiting()]);
+    await commands.execute(CommandIDs.cancel, { sessionId: 's1' });
+    await poll([makeSession({ state: 'paused', kernel_id: null })]);
+    await poll([waiting()]);
+    await poll([restoring()]);
+    expect(toasts.map(t => t.message)).toEqual([
+      'train.ipynb: a GPU is free — restoring now'
+    ]);
+  });
+
+  it('says once that no GPU became free in time, with Resume and Resume on CPU', async () => {
+    // Given a waiting resume
+    await poll([waiting()]);
+    // When it fails for want of a GPU, and the failure's event follows
+    await poll([timedOut()]);
+    await poll(
+      [timedOut()],
+      [
+        event('resume_failed', {
+          message: 'no GPU became free within 30 min',
+          error_reason: 'capacity-timeout'
+        })
+      ]
+    );
+    // Then one warning says what happened and that the checkpoint is intact
+    expect(toasts.map(t => [t.type, t.message])).toEqual([
+      [
+        'warning',
+        'train.ipynb: No GPU became free within 30 min; your checkpoint is intact — Resume to try again.'
+      ]
+    ]);
+    // And its actions resume the session, on a GPU or on the CPU
+    const actions = toasts[0].options.actions!;
+    expect(actions.map(a => a.label)).toEqual(['Resume', 'Resume on CPU']);
+    actions[0].callback();
+    expect(executed).toEqual([[CommandIDs.resume, { sessionId: 's1' }]]);
+  });
+
+  it('tells a timeout once when its event comes before the snapshot', async () => {
+    // Given a waiting resume whose checkpoint holds no GPU tensors
+    const cpuOnly = { checkpoint: makeCheckpoint(6e9, 0) };
+    await poll([waiting(cpuOnly)]);
+    // When the event arrives while the poll still lists the session waiting
+    await poll(
+      [waiting(cpuOnly)],
+      [
+        event('resume_failed', {
+          message: TIMEOUT_MESSAGE,
+          error_reason: 'capacity-timeout'
+        })
+      ]
+    );
+    await poll([timedOut(0)]);
+    // Then one warning, and no Resume on CPU without GPU tensors
+    expect(toasts.map(t => t.type)).toEqual(['warning']);
+    expect(toasts[0].message).toBe(
+      'train.ipynb: No GPU became free within 30 min; your checkpoint is intact — Resume to try again.'
+    );
+    expect(toasts[0].options.actions!.map(a => a.label)).toEqual(['Resume']);
+  });
+
+  it('says where a resumed kernel runs and how long it waited', async () => {
+    await poll([waiting()]);
+    await poll(
+      [makeSession({ state: 'active', device: 'cpu' })],
+      [
+        event('resumed', {
+          message: 'Restored 4 objects',
+          device: 'cpu',
+          waited_seconds: 180
+        })
+      ]
+    );
+    // The user moved nothing, but a CPU kernel is no "GPU is free"
+    expect(toasts.map(t => t.message)).toEqual([
+      'Resumed train.ipynb on the CPU. Restored 4 objects. It waited 3 min for a GPU.'
+    ]);
+  });
+});

@@ -1,0 +1,177 @@
+/**
+ * @jest-environment ./src/__tests__/jsdom-env.js
+ */
+/**
+ * A panel row as a user reads it: a resume waiting for a GPU says why, where
+ * it stands in line and how long it has waited, and offers to leave the
+ * queue or to go on the CPU; a paused session offers the CPU only when its
+ * checkpoint holds GPU tensors.
+ */
+import { button, visibleButtons, visibleLines } from './visible';
+
+import { SessionRow } from '../widgets/row';
+import { CommandIDs } from '../tokens';
+import { makeCheckpoint, makeSession, makeWaiting } from './sessions';
+import { trans } from './translation';
+
+const NOW = Date.parse('2026-12-02T10:00:00Z');
+const THREE_MIN_AGO = '2026-12-02T09:57:00Z';
+
+function labels(row: SessionRow): string[] {
+  return visibleButtons(row.node as unknown as HTMLElement).map(
+    b => b.textContent
+  );
+}
+
+function lines(row: SessionRow): string[] {
+  return visibleLines(row.node as unknown as HTMLElement);
+}
+
+describe('SessionRow', () => {
+  let ran: [string, string][];
+  const actions = {
+    run: (command: string, sessionId: string) => ran.push([command, sessionId]),
+    open: () => undefined
+  };
+
+  beforeEach(() => {
+    ran = [];
+  });
+
+  it('shows why a resume waits, its place in line and the time waited', () => {
+    // Given a resume waiting for three minutes, second in line
+    const session = makeWaiting(THREE_MIN_AGO);
+    const row = new SessionRow(session, actions, trans);
+    // When the panel renders it
+    row.update(session, NOW);
+    // Then the user reads the server's reason as is, the position and the wait
+    expect(lines(row)).toEqual(
+      expect.arrayContaining([
+        'train.ipynb',
+        'waiting',
+        '#2 in line · waiting 3 min',
+        'Waiting for a GPU (#2 in line): the limit of 1 GPU session on this machine is in use'
+      ])
+    );
+    // And what it needs, but never a promise of when
+    expect(lines(row).join('\n')).toContain('needs 14.0 GiB of GPU memory');
+    expect(lines(row).join('\n')).not.toMatch(/ETA|remaining|expected/i);
+  });
+
+  it('counts the time waited on as the panel re-renders', () => {
+    const session = makeWaiting(THREE_MIN_AGO);
+    const row = new SessionRow(session, actions, trans);
+    row.update(session, NOW);
+    // When the same snapshot renders 7 minutes later
+    row.update(session, NOW + 7 * 60 * 1000);
+    // Then the wait reads 10 min
+    expect(lines(row)).toContain('#2 in line · waiting 10 min');
+  });
+
+  it('says what it can when the server gives no position, start or message', () => {
+    // Given an older server: a waiting state without the new fields
+    const session = makeSession({ state: 'waiting', kernel_id: null });
+    const row = new SessionRow(session, actions, trans);
+    row.update(session, NOW);
+    expect(lines(row)).toContain('Waiting for a GPU');
+    // And a newer server's reason code alone still reads as a sentence
+    const coded = makeWaiting(THREE_MIN_AGO, {
+      message: null,
+      queue_position: 1
+    });
+    coded.waiting!.reason = 'gpu-memory';
+    row.update(coded, NOW);
+    expect(lines(row)).toEqual(
+      expect.arrayContaining([
+        '#1 in line · waiting 3 min',
+        'Waiting for a GPU: no GPU has enough free memory'
+      ])
+    );
+  });
+
+  it('offers Cancel and Resume on CPU now while waiting, each running its command', () => {
+    const session = makeWaiting(THREE_MIN_AGO);
+    const row = new SessionRow(session, actions, trans);
+    row.update(session, NOW);
+    const node = row.node as unknown as HTMLElement;
+    expect(labels(row)).toEqual(['train.ipynb', 'Cancel', 'Resume on CPU now']);
+    // When the user clicks each
+    button(node, 'Cancel').click();
+    button(node, 'Resume on CPU now').click();
+    // Then the row runs Cancel, then Resume on CPU, on its session
+    expect(ran).toEqual([
+      [CommandIDs.cancel, 's1'],
+      [CommandIDs.resumeCpu, 's1']
+    ]);
+    // And the buttons say what they keep and what they do with GPU tensors
+    expect(button(node, 'Cancel').title).toBe(
+      'Leave the queue; the session stays paused.'
+    );
+    expect(button(node, 'Resume on CPU now').title).toBe(
+      'Leave the queue and resume without a GPU now. Its GPU tensors (4.0 GB) are restored into CPU memory.'
+    );
+  });
+
+  it.each([
+    ['GPU tensors', ['Resume', 'Resume on CPU', 'Discard'], 4_000_000_000],
+    ['no GPU tensors', ['Resume', 'Discard'], 0]
+  ])(
+    'offers a paused session with %s the buttons %j',
+    (_, expected, gpuBytes) => {
+      // Given a paused session whose checkpoint holds gpuBytes of GPU tensors
+      const session = makeSession({
+        state: 'paused',
+        kernel_id: null,
+        checkpoint: makeCheckpoint(6_100_000_000, gpuBytes as number)
+      });
+      const row = new SessionRow(session, actions, trans);
+      row.update(session, NOW);
+      // Then a CPU resume is offered only when it is a real choice
+      expect(labels(row).slice(1)).toEqual(expected);
+    }
+  );
+
+  it('runs Resume on CPU for a paused session', () => {
+    const session = makeSession({
+      state: 'paused',
+      kernel_id: null,
+      checkpoint: makeCheckpoint(6_100_000_000, 4_000_000_000)
+    });
+    const row = new SessionRow(session, actions, trans);
+    row.update(session, NOW);
+    button(row.node as unknown as HTMLElement, 'Resume on CPU').click();
+    expect(ran).toEqual([[CommandIDs.resumeCpu, 's1']]);
+  });
+
+  it('says a wait that timed out left the checkpoint intact, and offers to resume again', () => {
+    // Given a resume that waited past the limit
+    const session = makeSession({
+      state: 'failed',
+      kernel_id: null,
+      checkpoint: makeCheckpoint(6_100_000_000, 4_000_000_000),
+      error: {
+        reason: 'capacity-timeout',
+        state_intact: true,
+        message:
+          'no GPU became free within 30 min; your checkpoint is intact — Resume to try again'
+      }
+    });
+    const row = new SessionRow(session, actions, trans);
+    row.update(session, NOW);
+    expect(lines(row)).toContain(
+      'No GPU became free within 30 min; your checkpoint is intact — Resume to try again.'
+    );
+    expect(labels(row).slice(1)).toEqual([
+      'Resume',
+      'Resume on CPU',
+      'Discard'
+    ]);
+  });
+
+  it('tells a kernel resumed on the CPU from one holding a GPU', () => {
+    const session = makeSession({ state: 'active', device: 'cpu' });
+    const row = new SessionRow(session, actions, trans);
+    row.update(session, NOW);
+    expect(lines(row)).toContain('on CPU');
+  });
+});

@@ -1,0 +1,85 @@
+/**
+ * Which actions a session offers in its state, and the facts that decide
+ * them, in one place so the panel rows, the notebook toolbar, the status
+ * bar, the commands and the notifications always agree. Pure functions: no
+ * DOM, no server.
+ */
+import { CommandIDs, ISession } from './tokens';
+
+/**
+ * Whether the checkpoint to resume holds GPU tensors, which makes a resume
+ * on the CPU a real choice: they come back in CPU memory. A checkpoint
+ * without any resumes the same either way, so only the plain Resume is
+ * offered.
+ */
+export function offersCpuResume(session: ISession): boolean {
+  return (session.checkpoint?.gpu_bytes ?? 0) > 0;
+}
+
+/**
+ * Whether a session failed because no GPU became free in time: its
+ * checkpoint is intact and a Resume tries again.
+ */
+export function isCapacityTimeout(session: ISession | null): boolean {
+  const error = session?.error;
+  return (
+    session?.state === 'failed' &&
+    typeof error === 'object' &&
+    error !== null &&
+    error.reason === 'capacity-timeout'
+  );
+}
+
+/**
+ * The obvious next action on a session, for one-click views (toolbar, status
+ * bar): pause a running kernel, resume a paused one, cancel a pause or a
+ * queued resume; `null` when nothing applies (restoring, failed without a
+ * checkpoint).
+ */
+export function primaryCommand(session: ISession): string | null {
+  switch (session.state) {
+    case 'active':
+    case 'idle':
+      return CommandIDs.pause;
+    case 'paused':
+      return CommandIDs.resume;
+    case 'failed':
+      return session.checkpoint ? CommandIDs.resume : null;
+    case 'pausing':
+    case 'waiting':
+      return CommandIDs.cancel;
+    default:
+      return null;
+  }
+}
+
+/**
+ * Every action a session offers, in the order the panel shows them. A
+ * waiting resume can always leave the queue for the CPU: the user may
+ * prefer a slow kernel now to a fast one later.
+ */
+export function sessionActions(session: ISession): string[] {
+  const resume = offersCpuResume(session)
+    ? [CommandIDs.resume, CommandIDs.resumeCpu]
+    : [CommandIDs.resume];
+  switch (session.state) {
+    case 'active':
+      return [CommandIDs.pause];
+    case 'idle':
+      return session.pause_at
+        ? [CommandIDs.pause, CommandIDs.keepRunning]
+        : [CommandIDs.pause];
+    case 'pausing':
+      return [CommandIDs.cancel];
+    case 'waiting':
+      return [CommandIDs.cancel, CommandIDs.resumeCpu];
+    case 'paused':
+      return [...resume, CommandIDs.discard];
+    case 'failed':
+      return session.checkpoint
+        ? [...resume, CommandIDs.discard]
+        : [CommandIDs.discard];
+    default:
+      return [];
+  }
+}

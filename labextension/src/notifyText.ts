@@ -1,0 +1,102 @@
+/**
+ * The sentences of the notifications, built from a session or an event.
+ * Toasts are short and may be cut: what is safe comes first, the file name
+ * stands for the path (the panel shows the folder). Pure functions: no DOM,
+ * no server.
+ */
+import type { TranslationBundle } from '@jupyterlab/translation';
+
+import { durationText, errorText, sentence } from './format';
+import { IEvent, ISession, ISkippedObject } from './tokens';
+
+/**
+ * The file name of a path: it keeps a toast short.
+ */
+export function fileName(path: string): string {
+  return path.split('/').pop() || path;
+}
+
+/**
+ * The toast of a resume: where the kernel runs when that is not a GPU,
+ * and how long it waited in line, when it did.
+ */
+export function resumedText(
+  path: string,
+  event: IEvent,
+  trans: TranslationBundle
+): string {
+  const message = sentence(event.detail.message ?? '');
+  let text =
+    event.detail.device === 'cpu'
+      ? trans.__('Resumed %1 on the CPU. %2', path, message)
+      : trans.__('Resumed %1. %2', path, message);
+  const waited = Number(event.detail.waited_seconds);
+  if (waited >= 1) {
+    text +=
+      ' ' + trans.__('It waited %1 for a GPU.', durationText(waited, trans));
+  }
+  return text.trim();
+}
+
+/**
+ * " Not saved: a, b." for the objects a pause skipped; '' when none.
+ */
+export function skippedText(
+  skipped: ISkippedObject[] | null | undefined,
+  trans: TranslationBundle,
+  future = false
+): string {
+  if (!skipped || !skipped.length) {
+    return '';
+  }
+  const names = skipped.map(s => s.name).join(', ');
+  return (
+    ' ' +
+    (future
+      ? trans.__('Will not survive: %1.', names)
+      : trans.__('Not saved: %1.', names))
+  );
+}
+
+/**
+ * The toast of a failed pause. A refused pause leaves the kernel running
+ * with its variables; that is said first.
+ */
+export function pauseFailedText(
+  path: string,
+  session: ISession | null,
+  fallback: string,
+  trans: TranslationBundle
+): string {
+  const error = session?.error;
+  const running = session?.state === 'active' || session?.state === 'idle';
+  if (running && error && typeof error !== 'string' && error.state_intact) {
+    // What is safe comes first: a toast may cut a long error short.
+    return trans.__(
+      'Pause of %1 failed; the kernel is still running with all its variables. %2',
+      path,
+      sentence(error.message)
+    );
+  }
+  return trans.__(
+    'Pause of %1 failed: %2',
+    path,
+    failureText(session, fallback, trans)
+  );
+}
+
+/**
+ * What failed and what is safe, preferring the session's error record
+ * (it says whether the state is intact).
+ */
+export function failureText(
+  session: ISession | null,
+  fallback: string,
+  trans: TranslationBundle
+): string {
+  const error = session?.error;
+  if (!error) {
+    return fallback;
+  }
+  return errorText(error, trans);
+}
