@@ -139,8 +139,13 @@ class FolderQueue(LoggingConfigurable):
     def _connect(self) -> sqlite3.Connection:
         if self._db is None:
             check_queue_folder(self.folder)
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, _shared_mode(self.folder))
-            os.close(fd)
+            mode = _shared_mode(self.folder)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, mode)
+            try:
+                if os.fstat(fd).st_uid == os.geteuid():  # ours: set the mode past the umask
+                    os.fchmod(fd, mode)
+            finally:
+                os.close(fd)
             db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")

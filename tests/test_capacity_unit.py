@@ -1,0 +1,182 @@
+"""The capacity rules on their own: what quota and NVML providers decide for a need (through
+a fake NVML probe, declared in tests/fakes.py), and the node's queue with two servers on one
+real SQLite folder: FIFO across servers, strict order, leases of dead servers, file modes."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import stat
+import time
+
+import pytest
+
+from jupyter_gpu_pause.server.capacity import (
+    FolderQueue,
+    Grant,
+    Holder,
+    Need,
+    NvmlCapacity,
+    QuotaCapacity,
+    Verdict,
+)
+from jupyter_gpu_pause.server.capacity.queue import DB_NAME
+from tests.fakes import FakeProbe
+
+GB = 10**9
+
+
+def gpu(uuid, total_gb, used_gb):
+    return {
+        "uuid": uuid,
+        "name": "GPU",
+        "memory_total": int(total_gb * GB),
+        "memory_used": int(used_gb * GB),
+        "utilization": 0,
+    }
+
+
+def nvml(*gpus) -> NvmlCapacity:
+    probe = FakeProbe()
+    probe.gpus = list(gpus)
+    provider = NvmlCapacity(headroom_bytes=0, headroom_fraction=0)
+    provider.probe = probe
+    return provider
+
+
+def test_need_adds_headroom_per_device_largest_first():
+    p = QuotaCapacity(headroom_bytes=100, headroom_fraction=0.5)
+    need = p.need("s", [10, 1000])
+    assert need.per_device == (1600, 115) and need.total == 1715
+    assert need.text() == "needs 1.6 kB + 115 B on 2 GPUs"
+    assert p.need("s", []).per_device == (100,)  # a GPU session without CUDA tensors
+
+
+def test_quota_limits_sessions_and_bytes_with_reasons_in_words():
+    q = QuotaCapacity(max_sessions=2, max_gpu_bytes=40 * GB)
+    held = [Holder("a", "srv", 10 * GB), Holder("b", "srv", 10 * GB)]
+    v = q.decide(Need("c", (GB,)), held)
+    assert v.grant is None and v.reason == "quota-sessions"
+    assert v.message == "the limit of 2 GPU sessions on this machine is in use"
+    v = q.decide(Need("c", (35 * GB,)), held[:1])
+    assert v.reason == "quota-bytes" and not v.never
+    assert "30.0 GB of this machine's 40.0 GB GPU-memory limit is free" in v.message
+    v = q.decide(Need("c", (41 * GB,)), [])
+    assert v.never and "more than this machine's limit of 40.0 GB" in v.message
+    assert q.decide(Need("c", (GB,)), held[:1]).grant is not None
+
+
+def test_nvml_best_fit_is_the_smallest_gpu_that_fits_not_gpu_0():
+    p = nvml(gpu("G0", 80, 0), gpu("G1", 80, 50), gpu("G2", 80, 75))
+    v = p.decide(Need("s", (20 * GB,)), [])
+    assert v.grant.devices == ["G1"] and v.grant.env == {"CUDA_VISIBLE_DEVICES": "G1"}
+
+
+def test_nvml_counts_reservations_of_grants_not_yet_allocated():
+    p = nvml(gpu("G0", 80, 0), gpu("G1", 80, 50))
+    # another resume was just granted 25 GB on G1 and has not allocated it yet
+    reserved = [Holder("other", "srv2", 25 * GB, ("G1",), reserved=True)]
+    assert p.decide(Need("s", (20 * GB,)), reserved).grant.devices == ["G0"]
+    # once its restore is done the reservation ends (NVML's own figure counts it)
+    done = [Holder("other", "srv2", 25 * GB, ("G1",), reserved=False)]
+    assert p.decide(Need("s", (20 * GB,)), done).grant.devices == ["G1"]
+
+
+def test_nvml_multi_device_needs_and_messages():
+    p = nvml(gpu("G0", 80, 60), gpu("G1", 80, 10), gpu("G2", 40, 0))
+    v = p.decide(Need("s", (50 * GB, 30 * GB)), [])
+    assert v.grant.devices == ["G1", "G2"]
+    v = p.decide(Need("s", (75 * GB,)), [])
+    assert v.grant is None and v.reason == "gpu-memory" and not v.never
+    assert v.message == "needs 75.0 GB on one GPU; the largest free is 70.0 GB"
+    v = p.decide(Need("s", (90 * GB,)), [])
+    assert v.never and "the largest with 80.0 GB" in v.message
+    assert p.decide(Need("s", (GB,) * 4), []).never  # four GPUs asked, three here
+    assert nvml().decide(Need("s", (GB,)), []).never
+
+
+def granting(max_sessions: int):
+    q = QuotaCapacity(max_sessions=max_sessions)
+    return q.decide
+
+
+def refusing(need, holders) -> Verdict:
+    return Verdict(reason="quota-sessions", message="full")
+
+
+@pytest.fixture
+def folder(tmp_path):
+    return str(tmp_path / "queue")
+
+
+def server(folder, name, lease=30.0) -> FolderQueue:
+    return FolderQueue(folder, server_id=name, user=name, label=name, lease_seconds=lease)
+
+
+async def test_the_line_is_fifo_across_servers_and_strict(folder):
+    a, b = server(folder, "a"), server(folder, "b")
+    await a.open()
+    await b.open()
+    try:
+        since = time.time()
+        big = Need("big", (50 * GB,))
+        small = Need("small", (GB,))
+        e1, r1 = await a.join(big, "big.ipynb", since)
+        e2, r2 = await b.join(small, "small.ipynb", since)
+        # the head does not fit; the small one behind it would, but waits its turn
+        turn = await b.turn(e2, r2, small, "small.ipynb", since, granting(1))
+        assert turn.grant is None and turn.position == 2
+        turn = await a.turn(e1, r1, big, "big.ipynb", since, refusing)
+        assert turn.grant is None and turn.position == 1 and turn.verdict.reason == "quota-sessions"
+        snap = await b.snapshot()
+        assert [(q["session_id"], q["server"], q["reason"]) for q in snap["queue"]] == [
+            ("big", "a", "quota-sessions"),
+            ("small", "b", "queue"),  # it would fit: only its place in line holds it
+        ]
+        turn = await a.turn(e1, r1, big, "big.ipynb", since, granting(1))
+        assert isinstance(turn.grant, Grant)
+        # the grant is a holder now: the quota of one is in use for the next in line
+        turn = await b.turn(e2, r2, small, "small.ipynb", since, granting(1))
+        assert turn.grant is None and turn.position == 1
+        await a.set_holders([])  # the big one paused
+        assert (await b.turn(e2, r2, small, "small.ipynb", since, granting(1))).grant
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def test_a_dead_servers_place_and_grant_expire_with_its_lease(folder):
+    dead, alive = server(folder, "dead", lease=1.0), server(folder, "alive", lease=1.0)
+    await dead.open()
+    await alive.open()
+    try:
+        since = time.time()
+        await dead.set_holders([Holder("held", "dead", GB)])
+        await dead.join(Need("first", (GB,)), "first.ipynb", since)
+        entry, rank = await alive.join(Need("second", (GB,)), "second.ipynb", since)
+        need = Need("second", (GB,))
+        turn = await alive.turn(entry, rank, need, "second.ipynb", since, granting(1))
+        assert turn.position == 2
+        # "dead" stops renewing (as a SIGKILLed server does); "alive" keeps looking
+        loop = asyncio.get_running_loop()
+        end = loop.time() + 10
+        while (turn := await alive.turn(entry, rank, need, "s", since, granting(1))).grant is None:
+            assert loop.time() < end, f"still waiting behind a dead server: {turn}"
+            await asyncio.sleep(0.1)
+        snap = await alive.snapshot()
+        assert "dead" not in snap["servers"]
+        assert [h.session_id for h in snap["holders"]] == ["second"]
+    finally:
+        await alive.close()
+
+
+async def test_queue_files_are_shared_with_the_group_only_in_a_group_folder(tmp_path):
+    shared, private = tmp_path / "shared", tmp_path / "private"
+    shared.mkdir(mode=0o770)
+    shared.chmod(0o2770)
+    private.mkdir(mode=0o700)
+    for folder, mode in ((shared, 0o660), (private, 0o600)):
+        q = server(str(folder), "a")
+        await q.open()
+        await q.close()
+        assert stat.S_IMODE(os.stat(folder / DB_NAME).st_mode) == mode
