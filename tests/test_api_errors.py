@@ -83,8 +83,8 @@ def lifecycle(lab):
 async def assert_untouched(lab, s, store_dir):
     """The session is still there, running its kernel, with no checkpoint and no event."""
     lc = lifecycle(lab)
-    await lc.refresh()
-    now = lc.sessions[s["id"]]
+    await lc.table.refresh()
+    now = lc.table.sessions[s["id"]]
     assert now.state == "active" and now.kernel_id == s["kernel_id"], now
     assert now.checkpoint is None and now.error is None
     assert lab.kernel_alive(s["kernel_id"])

@@ -43,7 +43,7 @@ async def waiting(lab, s: dict, position: int = 1) -> dict:
         cur = await lab.session(s["id"])
         return cur if cur["state"] == "waiting" and cur["queue_position"] == position else None
 
-    return await wait_for(there, what=f"waiting #{position}")
+    return await wait_for(there, timeout=90, what=f"waiting #{position}")
 
 
 @pytest.mark.quota(max_sessions=1)

@@ -205,7 +205,7 @@ async def test_a_server_stopping_mid_shutdown_lets_the_policy_pause_finish(lab, 
     await lab.app.cleanup_kernels()
 
     # Then the pause ran to its end: the session is paused on its checkpoint
-    record = ext.lifecycle.sessions[s["id"]]
+    record = ext.lifecycle.table.sessions[s["id"]]
     assert record.state == "paused", record.message
     assert record.checkpoint and record.checkpoint["id"] in cur["message"]
     assert not lab.kernel_alive(s["kernel_id"])

@@ -141,8 +141,8 @@ class SessionsHandler(BaseHandler):
 class SessionHandler(BaseHandler):
     @api
     async def get(self, session_id):
-        await self.lifecycle.refresh()
-        self.send(self.lifecycle.view(self.lifecycle.get(session_id)))
+        await self.lifecycle.table.refresh()
+        self.send(self.lifecycle.view(self.lifecycle.table.get(session_id)))
 
     @api
     async def delete(self, session_id):
@@ -199,7 +199,7 @@ class KeepaliveHandler(BaseHandler):
         if "seconds" not in b:
             raise BadRequest('give the keep-alive length: {"seconds": 3600}', "bad-seconds")
         await self.monitor.keepalive(session_id, b["seconds"])
-        self.send(self.lifecycle.view(self.lifecycle.get(session_id)))
+        self.send(self.lifecycle.view(self.lifecycle.table.get(session_id)))
 
 
 class PoliciesHandler(BaseHandler):

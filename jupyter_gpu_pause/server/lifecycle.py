@@ -10,7 +10,6 @@ checkpoints, the records, the event log.
 from __future__ import annotations
 
 import asyncio
-import posixpath
 
 from ..store.format import check_checkpoint_id
 from .capacity import Capacity, CapacityProvider, FolderQueue
@@ -24,6 +23,7 @@ from .operations import DEVICES, Op, Operations, PauseSettings
 from .pause import Pause
 from .records import Records
 from .resume import Resume, ResumeOptions
+from .sessions import SessionTable
 from .views import session_json
 
 STOP_GRACE = 15.0  # seconds a stopping server waits for in-flight operations
@@ -55,8 +55,8 @@ class Lifecycle:
             log,
             configured_provider,
         )
-        self.sessions: dict[str, Session] = {}
         self.ops = Operations(self._rescue, log)
+        self.table = SessionTable(bridge, records, self.ops, log, self.capacity.changed)
         # Admission (state checks up to registering the operation) awaits I/O; one lock keeps
         # two requests from both passing the checks and starting two operations.
         self._admission = asyncio.Lock()
@@ -65,19 +65,13 @@ class Lifecycle:
         # Jupyter serves requests before extensions finish starting; until the records are
         # loaded, an empty session list would tell a user their paused work is gone.
         self._started = asyncio.Event()
-        self._refreshing = asyncio.Lock()
         self.start_error: str | None = None
 
     # -- startup, sync -----------------------------------------------------------------------
     async def start(self) -> None:
         """Load records, repair what a stopped server left half-done, load the signing key."""
         try:
-            for s in await self.records.load_sessions():
-                self.sessions[s.id] = s
-                if s.state in ("waiting", "restoring"):
-                    s.state, s.message = "paused", "Resume was interrupted by a server restart"
-                    await self.records.save(s)
-            await self.refresh()
+            await self.table.load()
             await self.capacity.start()
         except Exception as e:
             self.start_error = f"{type(e).__name__}: {e}"
@@ -109,53 +103,14 @@ class Lifecycle:
         await self.ops.drain(STOP_GRACE)
         await self.capacity.stop()
 
-    async def refresh(self) -> None:
-        """Track every Jupyter session's kernel; settle records whose kernel has gone."""
-        # The monitor and every GET call this; two passes interleaving at their awaits would
-        # each register the same new kernel (a duplicate row) or settle one session twice.
-        async with self._refreshing:
-            await self._refresh()
-
-    async def _refresh(self) -> None:
-        live = await self.bridge.jupyter_sessions()
-        by_kernel = {s.kernel_id: s for s in self.sessions.values() if s.kernel_id}
-        busy_kernels = self.ops.kernel_ids()
-        for js in live:
-            kid = js["kernel"]["id"]
-            known = by_kernel.get(kid)
-            if known:
-                if known.path != js["path"]:
-                    known.path, known.cwd = js["path"], posixpath.dirname(js["path"])
-                    await self.records.save(known)
-                continue
-            if kid in busy_kernels:
-                continue
-            s = Session(
-                path=js["path"],
-                name=js.get("name") or "",
-                type=js.get("type") or "notebook",
-                kernel_id=kid,
-                kernel_name=js["kernel"]["name"],
-                cwd=posixpath.dirname(js["path"]),
-            )
-            self.sessions[s.id] = s
-            await self.records.save(s)
-        for s in list(self.sessions.values()):
-            if (
-                s.state in RUNNING + ("pausing",)
-                and s.id not in self.ops
-                and not self.bridge.is_running(s.kernel_id)
-            ):
-                await self._kernel_gone(s)
-
     async def cull(self, session_id: str, reason: str) -> None:
         """Shut the kernel down without a checkpoint (an admin's ``cull`` policy)."""
-        s = self.get(session_id)
+        s = self.table.get(session_id)
         if s.state not in RUNNING or s.id in self.ops:
             raise WrongState(f"cannot cull: the session is {s.state}")
         kernel_id = s.kernel_id
         await self.bridge.shutdown(kernel_id)
-        await self.record_event(
+        await self.table.record_event(
             s,
             "culled",
             reason,
@@ -163,22 +118,7 @@ class Lifecycle:
             message=f"{s.path}: kernel shut down by {reason} without a checkpoint; "
             "its variables are lost",
         )
-        await self._kernel_gone(s)
-
-    async def _kernel_gone(self, s: Session) -> None:
-        """The kernel ended outside a pause: keep a record only if a checkpoint exists."""
-        if not s.checkpoint:
-            if self.sessions.pop(s.id, None) is not None:  # a cull and a refresh may both see it
-                await self.records.delete(s.id)
-                self.capacity.changed()
-            return
-        s.state, s.kernel_id, s.gpu_devices_paused = "paused", None, 0  # no pause reclaimed it
-        s.device = s.grant = None
-        s.message = (
-            f"The kernel ended outside jupyter_gpu_pause; checkpoint {s.checkpoint['id']} "
-            "is the last saved state"
-        )
-        await self.persist(s)
+        await self.table.kernel_gone(s)
 
     async def _rescue(self, op: Op, escaped: BaseException | None) -> None:
         """The last resort when an operation ended and left its session in flight.
@@ -202,40 +142,17 @@ class Lifecycle:
             "state_intact": kernel_kept or bool(s.checkpoint),
         }
         s.message = s.error["message"]
-        await self.persist(s)
-        await self.record_event(
+        await self.table.persist(s)
+        await self.table.record_event(
             s, f"{op.kind}_failed", op.reason, message=text, error_reason="internal"
         )
 
     # -- shared by the operations ------------------------------------------------------------
-    async def persist(self, s: Session) -> None:
-        """Save a session's record; a failing records database is logged, never raised, so
-        the session's state in memory (what the API shows) is always the outcome."""
-        try:
-            await self.records.save(s)
-        except Exception:
-            self.log.exception("jupyter_gpu_pause: could not save the record of %s", s.path)
-        self.capacity.changed()
-
-    async def record_event(self, s: Session, type_: str, reason: str, /, **detail) -> None:
-        """Add an event (never raises: an outcome is not undone because it could not be logged)."""
-        self.log.info("gpu-pause %s %s (%s): %s", type_, s.path, reason, detail.get("message", ""))
-        try:
-            await self.records.add_event(s.id, type_, reason, detail)
-        except Exception:
-            self.log.exception("jupyter_gpu_pause: could not record the %s event", type_)
-
     def on_progress(self, s: Session):
         def update(p: dict) -> None:
             s.progress = p
 
         return update
-
-    async def merge_into(self, s: Session, kernel_id: str) -> None:
-        """A resume into a running kernel: that kernel's own record merges into ``s``."""
-        for other in [o for o in self.sessions.values() if o.kernel_id == kernel_id and o is not s]:
-            del self.sessions[other.id]
-            await self.records.delete(other.id)
 
     def require_agent(self, s: Session, verb: str) -> None:
         """The session's kernel runs and speaks Python, so our agent can run in it."""
@@ -249,10 +166,10 @@ class Lifecycle:
         return is_gpu_session(s, self.gpu_kernelspecs)
 
     def _gpu_holders(self):
-        return holders(self.sessions.values(), self.gpu_kernelspecs, self.bridge.is_running)
+        return holders(self.table.sessions.values(), self.gpu_kernelspecs, self.bridge.is_running)
 
     async def describe_capacity(self) -> dict:
-        return await self.capacity.describe({s.id: s.path for s in self.sessions.values()})
+        return await self.capacity.describe({s.id: s.path for s in self.table.sessions.values()})
 
     def user_cell_running(self, kernel_id: str) -> bool:
         if not self.bridge.is_running(kernel_id):
@@ -263,17 +180,11 @@ class Lifecycle:
         return busy and not self.bridge.agent_running(kernel_id)
 
     # -- queries -------------------------------------------------------------------------------
-    def get(self, session_id: str) -> Session:
-        try:
-            return self.sessions[session_id]
-        except KeyError:
-            raise NotFound(f"no session with id {session_id!r}", "unknown-session") from None
-
     async def list(self, path: str | None = None, kernel_id: str | None = None) -> list[dict]:
-        await self.refresh()
+        await self.table.refresh()
         found = [
             s
-            for s in self.sessions.values()
+            for s in self.table.sessions.values()
             if (path is None or s.path == path) and (kernel_id is None or s.kernel_id == kernel_id)
         ]
         return [self.view(s) for s in sorted(found, key=lambda s: (s.path, s.created))]
@@ -287,8 +198,8 @@ class Lifecycle:
 
     async def kernel_session(self, kernel_id: str) -> Session:
         """The session of a running kernel (for the kernel's own requests)."""
-        await self.refresh()
-        s = self.session_for_kernel(kernel_id)
+        await self.table.refresh()
+        s = self.table.session_for_kernel(kernel_id)
         if s is None:
             raise NotFound(
                 "the server knows no notebook session for this kernel", "unknown-session"
@@ -296,14 +207,11 @@ class Lifecycle:
         return s
 
     async def list_checkpoints(self, session_id: str) -> list[dict]:
-        self.get(session_id)
+        self.table.get(session_id)
         return await self.checkpoints.summaries(session_id)
 
     async def events(self, since=None, session_id=None) -> list[dict]:
         return await self.records.events(since=since, session_id=session_id)
-
-    def session_for_kernel(self, kernel_id: str) -> Session | None:
-        return next((s for s in self.sessions.values() if s.kernel_id == kernel_id), None)
 
     def busy_sessions(self) -> set[str]:
         """Sessions with a pause or resume in flight."""
@@ -317,7 +225,7 @@ class Lifecycle:
     async def pause(self, session_id: str, reason: str = "user") -> Session:
         """Start (or join) a pause; returns at once with the session in ``pausing``."""
         async with self._admission:
-            s = self.get(session_id)
+            s = self.table.get(session_id)
             op = self.ops.get(s.id)
             if (op and op.kind == "pause") or (s.state == "paused" and not op):
                 return s  # join the running pause / already paused
@@ -337,17 +245,17 @@ class Lifecycle:
                 "done_bytes": 0,
                 "total_bytes": None,
             }
-            await self.persist(s)
+            await self.table.persist(s)
             op = Op("pause", s, kernel_id=s.kernel_id, reason=reason)
             self.ops.start(op, Pause(self, s, op, reason).run())
             return s
 
     async def check(self, session_id: str) -> dict:
         """What a pause would save and skip, now, without writing or changing anything."""
-        return await DryRun(self, self.get(session_id)).run()
+        return await DryRun(self, self.table.get(session_id)).run()
 
     async def cancel(self, session_id: str) -> Session:
-        s = self.get(session_id)
+        s = self.table.get(session_id)
         op = self.ops.get(s.id)
         if op is None or s.state not in ("pausing", "waiting"):
             raise WrongState(f"nothing to cancel: the session is {s.state}")
@@ -359,7 +267,7 @@ class Lifecycle:
         return s
 
     async def delete(self, session_id: str, delete_checkpoints: bool = False) -> None:
-        s = self.get(session_id)
+        s = self.table.get(session_id)
         if s.state in RUNNING or s.id in self.ops:
             raise WrongState(
                 f"cannot delete a session that is {s.state}; pause it or shut its kernel down first"
@@ -367,8 +275,8 @@ class Lifecycle:
         if delete_checkpoints:
             for cid in await self.checkpoints.ids(s.id):
                 await self.checkpoints.delete(s.id, cid)
-                await self.record_event(s, "checkpoint_deleted", "user", checkpoint_id=cid)
-        del self.sessions[s.id]
+                await self.table.record_event(s, "checkpoint_deleted", "user", checkpoint_id=cid)
+        del self.table.sessions[s.id]
         await self.records.delete(s.id)
 
     # -- resume --------------------------------------------------------------------------------
@@ -384,7 +292,7 @@ class Lifecycle:
         Joining a resume that waits in line with ``device="cpu"`` takes it onto the CPU now.
         """
         async with self._admission:
-            s = self.get(session_id)
+            s = self.table.get(session_id)
             if device is not None and device not in DEVICES:
                 raise BadRequest(
                     f"device must be one of {', '.join(DEVICES)}, not {device!r}", "bad-device"
@@ -426,7 +334,7 @@ class Lifecycle:
                     "kernel-exists",
                 )
             s.state, s.error, s.message = "waiting", None, "Waiting for capacity"
-            await self.persist(s)
+            await self.table.persist(s)
             op = Op("resume", s, kernel_id=into_kernel)
             options = ResumeOptions(tuple(ids), device, into_kernel)
             self.ops.start(op, Resume(self, s, op, options).run())

@@ -87,7 +87,7 @@ class Monitor:
 
     def _on_activity(self, kernel_id: str) -> None:
         """A person used the kernel: any warning is void at once, not at the next pass."""
-        s = self.lc.session_for_kernel(kernel_id)
+        s = self.lc.table.session_for_kernel(kernel_id)
         if s is not None:
             s.pause_at, s.last_activity = None, utcnow()
 
@@ -152,7 +152,7 @@ class Monitor:
             return
 
         async def cull_unless_governed(kernel_id):
-            s = self.lc.session_for_kernel(kernel_id)
+            s = self.lc.table.session_for_kernel(kernel_id)
             if s is not None and (s.policy is not None or s.id in self.lc.busy_sessions()):
                 self.culls_declined += 1
                 self.last_cull_declined = utcnow()
@@ -169,19 +169,23 @@ class Monitor:
 
     # -- one pass ------------------------------------------------------------------------------
     async def tick(self, now: datetime | None = None) -> None:
-        await self.lc.refresh()
+        await self.lc.table.refresh()
         now = now or utcnow()
         running = [
             s
-            for s in self.lc.sessions.values()
+            for s in self.lc.table.sessions.values()
             if s.state in RUNNING and self.bridge.is_running(s.kernel_id)
         ]
         # Track every live kernel, pausing ones included: dropping one mid-pause would forget
         # its idle clock and restart it from the pause attempt.
         self.tracker.sync(
-            {s.kernel_id for s in self.lc.sessions.values() if self.bridge.is_running(s.kernel_id)}
+            {
+                s.kernel_id
+                for s in self.lc.table.sessions.values()
+                if self.bridge.is_running(s.kernel_id)
+            }
         )
-        for sid in set(self.watches) - {s.id for s in self.lc.sessions.values()}:
+        for sid in set(self.watches) - {s.id for s in self.lc.table.sessions.values()}:
             gone = self.watches.pop(sid)
             if gone.warning is not None:
                 gone.warning.cancel()
@@ -198,7 +202,7 @@ class Monitor:
             except Exception:  # one session's trouble must not stop the pass for the others
                 self.log.exception("jupyter_gpu_pause: idle monitor could not look at %s", s.path)
         evaluated = {s.id for s in running}
-        for s in [s for s in self.lc.sessions.values() if s.id not in evaluated]:
+        for s in [s for s in self.lc.table.sessions.values() if s.id not in evaluated]:
             await self._account_stopped(s, self.watches.setdefault(s.id, Watch()), now)
         await self.ledger.flush()  # one transaction per tick
         self.lc.capacity.changed()  # GPU memory measured anew: the node's usage follows
@@ -287,8 +291,8 @@ class Monitor:
             f"{policy.action.capitalize()} by policy {policy.name} failed: {why}. The kernel is "
             "still running with all its variables."
         )
-        await self.lc.persist(s)
-        await self.lc.record_event(
+        await self.lc.table.persist(s)
+        await self.lc.table.record_event(
             s,
             f"{policy.action}_failed",
             f"policy:{policy.name}",
@@ -337,7 +341,7 @@ class Monitor:
             message += f"; could not ask the kernel what would not survive ({unknown})"
         if policy.action == "cull":
             message += "; no checkpoint is made: unsaved variables are lost"
-        await self.lc.record_event(
+        await self.lc.table.record_event(
             s,
             "warned",
             f"policy:{policy.name}",
@@ -363,7 +367,7 @@ class Monitor:
             since = max(w.gpu_since, w.last_alarm or w.gpu_since)
             if now - since >= period:
                 w.last_alarm = now
-                await self.lc.record_event(
+                await self.lc.table.record_event(
                     s,
                     "gpu_hold_alarm",
                     "policy:gpu_hold_alarm_hours",
@@ -388,16 +392,18 @@ class Monitor:
         if w.last_saved is not None and (now - w.last_saved).total_seconds() < ACCOUNTING_SAVE:
             return
         w.last_saved = now
-        if self.lc.sessions.get(s.id) is s:  # never bring back the record of a deleted session
+        if (
+            self.lc.table.sessions.get(s.id) is s
+        ):  # never bring back the record of a deleted session
             await self.lc.records.save(s)
 
     async def report(self, since: str | None) -> dict:
         """GPU-hours since ``since`` (ISO 8601 or a duration such as 7d): total, sessions, days."""
-        return await self.ledger.report(since, self.lc.sessions)
+        return await self.ledger.report(since, self.lc.table.sessions)
 
     # -- keep-alive ----------------------------------------------------------------------------
     async def keepalive(self, session_id: str, seconds) -> None:
-        s = self.lc.get(session_id)
+        s = self.lc.table.get(session_id)
         if isinstance(seconds, bool) or not isinstance(seconds, int) or seconds <= 0:
             raise BadRequest(
                 f"seconds must be a positive whole number, not {seconds!r}", "bad-seconds"
@@ -419,7 +425,7 @@ class Monitor:
         w.keepalive_until = utcnow() + timedelta(seconds=seconds)
         w.warned_for = w.acted_for = None
         s.pause_at = None
-        await self.lc.record_event(
+        await self.lc.table.record_event(
             s,
             "keepalive",
             "user",

@@ -103,8 +103,8 @@ class Pause:
             f"{count_text(len(manifest.doc['objects']), 'object')} saved"
             + (f"; not saved: {', '.join(x['name'] for x in skipped)}" if skipped else "")
         )
-        await self.lc.persist(s)
-        await self.lc.record_event(
+        await self.lc.table.persist(s)
+        await self.lc.table.record_event(
             s,
             "paused",
             self.reason,
@@ -117,8 +117,8 @@ class Pause:
     async def _cancelled(self) -> None:
         s = self.s
         s.state, s.message = "active", "Pause cancelled; the kernel was not touched"
-        await self.lc.persist(s)
-        await self.lc.record_event(s, "cancelled", self.reason, message=s.message)
+        await self.lc.table.persist(s)
+        await self.lc.table.record_event(s, "cancelled", self.reason, message=s.message)
 
     async def _refused(self, e: BaseException) -> None:
         """Before the commit point: the kernel and its state are intact."""
@@ -129,8 +129,8 @@ class Pause:
         s.state = "active"
         s.error = {"message": text, "reason": reason, "state_intact": True}
         s.message = f"Pause failed: {text}. The kernel is still running with all its variables."
-        await self.lc.persist(s)
-        await self.lc.record_event(
+        await self.lc.table.persist(s)
+        await self.lc.table.record_event(
             s, "pause_failed", self.reason, message=text, error_reason=reason
         )
 
@@ -151,8 +151,8 @@ class Pause:
         s.state = "failed"
         s.error = {"message": text + older, "reason": "kernel-died", "state_intact": False}
         s.message = s.error["message"]
-        await self.lc.persist(s)
-        await self.lc.record_event(
+        await self.lc.table.persist(s)
+        await self.lc.table.record_event(
             s, "pause_failed", self.reason, message=s.message, error_reason="kernel-died"
         )
 
@@ -169,7 +169,7 @@ class Pause:
             "state_intact": True,
         }
         s.message = s.error["message"]
-        await self.lc.persist(s)
-        await self.lc.record_event(
+        await self.lc.table.persist(s)
+        await self.lc.table.record_event(
             s, "pause_failed", self.reason, message=s.message, error_reason="shutdown"
         )

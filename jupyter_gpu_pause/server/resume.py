@@ -120,7 +120,7 @@ class Resume:
                 s.grant = {"devices": grant.devices, "bytes": grant.bytes}
             s.message = "Restoring" + (" on the CPU" if grant.device == "cpu" else "")
             s.progress = {"phase": "starting", "done_bytes": 0, "total_bytes": manifest.total_bytes}
-            await lc.persist(s)
+            await lc.table.persist(s)
             if into:
                 kid = into
             else:
@@ -225,8 +225,8 @@ class Resume:
             s.message = f"Waiting for a GPU (#{turn.position} in line): {why}"
             if not announced:
                 announced.append(True)
-                await lc.persist(s)
-                await lc.record_event(
+                await lc.table.persist(s)
+                await lc.table.record_event(
                     s, "waiting", "user", position=turn.position, reason=code, message=s.message
                 )
 
@@ -270,8 +270,8 @@ class Resume:
             "The GPU ran out of memory while restoring (another process took it); "
             "back in line to try once more"
         )
-        await self.lc.persist(s)
-        await self.lc.record_event(
+        await self.lc.table.persist(s)
+        await self.lc.table.record_event(
             s, "waiting", "user", position=None, reason="gpu-oom", message=s.message
         )
         self.lc.log.warning("jupyter_gpu_pause: %s: %s", s.path, e.message)
@@ -311,7 +311,7 @@ class Resume:
     # -- outcomes -------------------------------------------------------------------------------
     async def _resumed(self, manifest, kid: str, report: dict, grant: Grant) -> None:
         s, lc = self.s, self.lc
-        await lc.merge_into(s, kid)  # the record of into_kernel merges into this one
+        await lc.table.merge_into(s, kid)  # the record of into_kernel merges into this one
         placed = set(report.get("devices", {}).values())
         if grant.any and placed == {"cpu"}:  # "any" with no GPU visible after all
             s.device, s.grant = "cpu", None
@@ -324,8 +324,8 @@ class Resume:
             + (f"; not restored: {', '.join(f['name'] for f in failed)}" if failed else "")
             + (f"; {len(self.refused)} newer checkpoint(s) refused" if self.refused else "")
         )
-        await lc.persist(s)
-        await lc.record_event(
+        await lc.table.persist(s)
+        await lc.table.record_event(
             s,
             "resumed",
             "user",
@@ -344,8 +344,8 @@ class Resume:
     async def _cancelled(self) -> None:
         s = self.s
         s.state, s.message, s.device, s.grant = "paused", "Resume cancelled", None, None
-        await self.lc.persist(s)
-        await self.lc.record_event(s, "cancelled", "user", message=s.message)
+        await self.lc.table.persist(s)
+        await self.lc.table.record_event(s, "cancelled", "user", message=s.message)
 
     async def _failed(self, e: BaseException) -> None:
         s = self.s
@@ -366,7 +366,7 @@ class Resume:
             "refused": self.refused,
         }
         s.message = f"Resume failed: {text}. The checkpoints are unchanged."
-        await self.lc.persist(s)
-        await self.lc.record_event(
+        await self.lc.table.persist(s)
+        await self.lc.table.record_event(
             s, "resume_failed", "user", message=text, error_reason=reason, refused=self.refused
         )

@@ -1,0 +1,133 @@
+"""The session table: every session this server tracks, kept in step with Jupyter's own
+sessions and saved in the records.
+
+Operations (pause, resume, cull) change sessions through ``persist`` and ``record_event``,
+which never raise: an outcome is not undone because the records database failed. Every saved
+change also tells the capacity queue (``on_change``): a pause or a kernel's end gives its GPU
+back to the machine's line at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import posixpath
+from collections.abc import Callable
+
+from .errors import NotFound
+from .kernels import KernelBridge
+from .model import RUNNING, Session
+from .operations import Operations
+from .records import Records
+
+
+class SessionTable:
+    def __init__(
+        self,
+        bridge: KernelBridge,
+        records: Records,
+        ops: Operations,
+        log,
+        on_change: Callable[[], None] = lambda: None,
+    ):
+        self.bridge, self.records, self.ops, self.log = bridge, records, ops, log
+        self.on_change = on_change
+        self.sessions: dict[str, Session] = {}
+        self._refreshing = asyncio.Lock()
+
+    def __iter__(self):
+        return iter(list(self.sessions.values()))
+
+    async def load(self) -> None:
+        """Read the records; a resume a stopped server left waiting or restoring is paused."""
+        for s in await self.records.load_sessions():
+            self.sessions[s.id] = s
+            if s.state in ("waiting", "restoring"):
+                s.state, s.message = "paused", "Resume was interrupted by a server restart"
+                await self.records.save(s)
+        await self.refresh()
+
+    async def refresh(self) -> None:
+        """Track every Jupyter session's kernel; settle records whose kernel has gone."""
+        # The monitor and every GET call this; two passes interleaving at their awaits would
+        # each register the same new kernel (a duplicate row) or settle one session twice.
+        async with self._refreshing:
+            await self._refresh()
+
+    async def _refresh(self) -> None:
+        live = await self.bridge.jupyter_sessions()
+        by_kernel = {s.kernel_id: s for s in self.sessions.values() if s.kernel_id}
+        busy_kernels = self.ops.kernel_ids()
+        for js in live:
+            kid = js["kernel"]["id"]
+            known = by_kernel.get(kid)
+            if known:
+                if known.path != js["path"]:
+                    known.path, known.cwd = js["path"], posixpath.dirname(js["path"])
+                    await self.records.save(known)
+                continue
+            if kid in busy_kernels:
+                continue
+            s = Session(
+                path=js["path"],
+                name=js.get("name") or "",
+                type=js.get("type") or "notebook",
+                kernel_id=kid,
+                kernel_name=js["kernel"]["name"],
+                cwd=posixpath.dirname(js["path"]),
+            )
+            self.sessions[s.id] = s
+            await self.records.save(s)
+        for s in list(self.sessions.values()):
+            if (
+                s.state in RUNNING + ("pausing",)
+                and s.id not in self.ops
+                and not self.bridge.is_running(s.kernel_id)
+            ):
+                await self.kernel_gone(s)
+
+    async def kernel_gone(self, s: Session) -> None:
+        """The kernel ended outside a pause: keep a record only if a checkpoint exists."""
+        if not s.checkpoint:
+            if self.sessions.pop(s.id, None) is not None:  # a cull and a refresh may both see it
+                await self.records.delete(s.id)
+                self.on_change()
+            return
+        s.state, s.kernel_id, s.gpu_devices_paused = "paused", None, 0  # no pause reclaimed it
+        s.device = s.grant = None
+        s.message = (
+            f"The kernel ended outside jupyter_gpu_pause; checkpoint {s.checkpoint['id']} "
+            "is the last saved state"
+        )
+        await self.persist(s)
+
+    async def persist(self, s: Session) -> None:
+        """Save a session's record; a failing records database is logged, never raised, so
+        the session's state in memory (what the API shows) is always the outcome."""
+        try:
+            await self.records.save(s)
+        except Exception:
+            self.log.exception("jupyter_gpu_pause: could not save the record of %s", s.path)
+        self.on_change()
+
+    async def record_event(self, s: Session, type_: str, reason: str, /, **detail) -> None:
+        """Add an event (never raises: an outcome is not undone because it could not be logged)."""
+        self.log.info("gpu-pause %s %s (%s): %s", type_, s.path, reason, detail.get("message", ""))
+        try:
+            await self.records.add_event(s.id, type_, reason, detail)
+        except Exception:
+            self.log.exception("jupyter_gpu_pause: could not record the %s event", type_)
+
+    async def merge_into(self, s: Session, kernel_id: str) -> None:
+        """A resume into a running kernel: that kernel's own record merges into ``s``."""
+        for other in [o for o in self.sessions.values() if o.kernel_id == kernel_id and o is not s]:
+            del self.sessions[other.id]
+            await self.records.delete(other.id)
+
+    def get(self, session_id: str) -> Session:
+        try:
+            return self.sessions[session_id]
+        except KeyError:
+            raise NotFound(f"no session with id {session_id!r}", "unknown-session") from None
+
+    def session_for_kernel(self, kernel_id: str) -> Session | None:
+        return next((s for s in self.sessions.values() if s.kernel_id == kernel_id), None)
