@@ -159,6 +159,28 @@ export function gpuText(session: ISession, trans: Trans): string {
 }
 
 /**
+ * Where a resume placed a running kernel whose GPU memory is not measured
+ * (no NVML, or nothing allocated yet): "on GPU" — the capacity queue gave it
+ * a GPU, so "No GPU" would contradict the notification that said so — or
+ * "on CPU"; '' for a kernel no resume placed. `status` gives the status
+ * bar's wording ("On GPU", and "No GPU" for an unplaced kernel).
+ */
+export function placeText(
+  session: ISession,
+  trans: Trans,
+  status = false
+): string {
+  switch (session.device) {
+    case 'gpu':
+      return status ? trans.__('On GPU') : trans.__('on GPU');
+    case 'cpu':
+      return status ? trans.__('On CPU') : trans.__('on CPU');
+    default:
+      return status ? trans.__('No GPU') : '';
+  }
+}
+
+/**
  * A server message as a sentence: capital first letter, final full stop.
  */
 export function sentence(message: string): string {
@@ -205,10 +227,7 @@ export function statusText(
   switch (session.state) {
     case 'active':
     case 'idle': {
-      parts.push(
-        gpuText(session, trans) ||
-          (session.device === 'cpu' ? trans.__('On CPU') : trans.__('No GPU'))
-      );
+      parts.push(gpuText(session, trans) || placeText(session, trans, true));
       if (session.state === 'idle' && session.idle_seconds !== null) {
         parts.push(
           trans.__('idle %1', durationText(session.idle_seconds, trans))

@@ -326,11 +326,15 @@ export class EventNotifier implements IDisposable {
         );
         break;
       case 'waiting':
-        // An outcome too: "a GPU is free" replaces it.
+        // An outcome too: "a GPU is free" replaces it. The server's message
+        // already says that it waits, where in line and why: it follows the
+        // file name as it is, not after a sentence saying the same.
         this._outcome(
           sessionId,
           Notification.info(
-            trans.__('%1 is waiting for a free GPU. %2', path, message),
+            message
+              ? trans.__('%1: %2', path, sentence(message))
+              : trans.__('%1 is waiting for a free GPU.', path),
             { autoClose: 6000 }
           )
         );

@@ -3,8 +3,8 @@
 Galata's helper turns off authentication and XSRF checks, serves a fresh temporary root
 folder and loads JupyterLab's in-page test helpers. On top of that the server listens on
 127.0.0.1 only, accepts root (CI runs as root), and our extension keeps its checkpoints,
-SQLite records and signing key in ``ui-tests/.state/`` (gitignored), emptied each time the
-server starts: every run starts from nothing, never touches the developer's own
+SQLite records, signing key and capacity queue in ``ui-tests/.state/`` (gitignored), emptied
+each time the server starts: every run starts from nothing, never touches the developer's own
 ``{jupyter_data_dir}/gpu_pause``, and tests can find the store to inspect or damage it.
 
 Lab serves the checkout's prebuilt labextension (``jupyter_gpu_pause/labextension``, what
@@ -51,19 +51,24 @@ if (prebuilt / "package.json").is_file():
         str(shadow),
     ]
 
-# A kernelspec of its own for the idle-policy test, so the short policy below never pauses
-# the kernels of the other tests: the venv's Python under another name.
+# Kernelspecs of their own, the venv's Python under other names, so what the config below
+# sets for one test never reaches the kernels of the others: the idle-policy test's
+# `python3-short` (the short policy) and the waiting test's `python3-gpu` (GPU sessions).
 kernels = state / "kernels"
-(kernels / "python3-short").mkdir(parents=True)
-(kernels / "python3-short" / "kernel.json").write_text(
-    json.dumps(
-        {
-            "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-            "display_name": "Python 3 (short idle policy)",
-            "language": "python",
-        }
+for name, display in (
+    ("python3-short", "Python 3 (short idle policy)"),
+    ("python3-gpu", "Python 3 (GPU session, quota of 1)"),
+):
+    (kernels / name).mkdir(parents=True)
+    (kernels / name / "kernel.json").write_text(
+        json.dumps(
+            {
+                "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                "display_name": display,
+                "language": "python",
+            }
+        )
     )
-)
 os.environ["JUPYTER_PATH"] = os.pathsep.join(
     [str(state), *filter(None, [os.environ.get("JUPYTER_PATH")])]
 )
@@ -81,3 +86,11 @@ c.GpuPauseApp.policies = [
     }
 ]
 c.GpuPauseApp.poll_interval = 1
+
+# Waiting for a GPU without a GPU: the quota provider allows one GPU session at once, and only
+# `python3-gpu` sessions are GPU sessions (the other tests' `python3` notebooks hold no GPU and
+# resume at once, as before). The queue lives in .state too, emptied with it.
+c.GpuPauseApp.capacity_provider_class = "quota"
+c.QuotaCapacity.max_sessions = 1
+c.GpuPauseApp.gpu_kernelspecs = ["python3-gpu"]
+c.GpuPauseApp.capacity_queue_url = str(state / "queue")

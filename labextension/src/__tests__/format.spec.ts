@@ -67,6 +67,16 @@ describe('format', () => {
       'No GPU · idle 60 s · pauses in 4:05'
     ],
     [
+      'a kernel a resume placed on the CPU',
+      makeSession({ state: 'active', device: 'cpu' }),
+      'On CPU · active'
+    ],
+    [
+      'a kernel a resume placed on a GPU, its memory not measured',
+      makeSession({ state: 'active', device: 'gpu' }),
+      'On GPU · active'
+    ],
+    [
       'a paused session',
       makeSession({
         state: 'paused',

@@ -179,6 +179,22 @@ describe('EventNotifier', () => {
     expect(dismiss).toHaveBeenCalledWith(toasts[0].id);
   });
 
+  it('says once where in line a new wait stands and why', async () => {
+    // Given a paused session (the page's first poll: history)
+    await poll([makeSession({ state: 'paused', kernel_id: null })]);
+    // When its resume joins the line, the server saying where and why
+    const message = waiting().message!;
+    await poll([waiting()], [event('waiting', { position: 2, message })]);
+    // Then the toast names the notebook and gives the server's sentence once
+    expect(toasts.map(t => t.message)).toEqual([
+      'train.ipynb: Waiting for a GPU (#2 in line): the limit of 1 GPU session on this machine is in use.'
+    ]);
+    // And without a message (a later event) it still says that it waits
+    const later = new Date(Date.now() + 1000).toISOString();
+    await poll([waiting()], [{ ...event('waiting'), time: later }]);
+    expect(toasts[1].message).toBe('train.ipynb is waiting for a free GPU.');
+  });
+
   it('says a GPU became free when the resume was done before the next poll', async () => {
     await poll([waiting()]);
     await poll([makeSession({ state: 'idle', device: 'gpu' })]);

@@ -168,10 +168,19 @@ describe('SessionRow', () => {
     ]);
   });
 
-  it('tells a kernel resumed on the CPU from one holding a GPU', () => {
-    const session = makeSession({ state: 'active', device: 'cpu' });
-    const row = new SessionRow(session, actions, trans);
-    row.update(session, NOW);
-    expect(lines(row)).toContain('on CPU');
-  });
+  it.each([
+    ['the CPU', 'cpu', 'on CPU'],
+    ['a GPU not measured (no NVML)', 'gpu', 'on GPU']
+  ] as const)(
+    'tells a kernel a resume placed on %s from an unplaced one',
+    (_, device, text) => {
+      const session = makeSession({ state: 'active', device });
+      const row = new SessionRow(session, actions, trans);
+      row.update(session, NOW);
+      expect(lines(row)).toContain(text);
+      const unplaced = makeSession({ state: 'active', device: null });
+      row.update(unplaced, NOW);
+      expect(lines(row)).not.toContain(text);
+    }
+  );
 });

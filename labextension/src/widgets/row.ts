@@ -14,6 +14,7 @@ import {
   errorText,
   gibibytes,
   gpuText,
+  placeText,
   progressRatio,
   progressText,
   queueText,
@@ -170,13 +171,10 @@ export class SessionRow {
     const trans = this._trans;
     const parts: string[] = [];
     const gpu = gpuText(session, trans);
-    if (gpu) {
-      parts.push(gpu);
-    } else if (
-      session.device === 'cpu' &&
-      (session.state === 'active' || session.state === 'idle')
-    ) {
-      parts.push(trans.__('on CPU'));
+    const running = session.state === 'active' || session.state === 'idle';
+    const place = running ? placeText(session, trans) : '';
+    if (gpu || place) {
+      parts.push(gpu || place);
     }
     if (session.state === 'idle' && session.idle_seconds !== null) {
       parts.push(

@@ -8,7 +8,8 @@
  * `{"sessions": [...]}`, not a list). So the mock is turned off
  * (`sessions: null`) and this fixture shuts down, after each test, the
  * sessions the test started. It also discards, with their checkpoints, the
- * GPU sessions the test left behind: a retry then starts from the same
+ * GPU sessions the test left behind (a resume still waiting in line for a
+ * GPU is taken out of the line first): a retry then starts from the same
  * empty panel, instead of finding the first attempt's paused notebook at
  * the same path.
  */
@@ -71,6 +72,14 @@ export const test = base.extend({
     const before = new Set(await sessionIds(request));
     const gpuBefore = new Set((await gpuSessions(request)).map(s => s.id));
     await use(null);
+    // A resume waiting in line for a GPU never settles by itself, and would
+    // take the GPU the shutdowns below free: take it out of the line first
+    // (it stays paused).
+    for (const s of await gpuSessions(request)) {
+      if (!gpuBefore.has(s.id) && s.state === 'waiting') {
+        await request.post(`/gpu-pause/api/sessions/${s.id}/cancel`);
+      }
+    }
     for (const id of await sessionIds(request)) {
       if (!before.has(id)) {
         await request.delete(`/api/sessions/${id}`);

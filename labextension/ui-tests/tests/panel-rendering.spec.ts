@@ -100,7 +100,7 @@ test('a hundred sessions render once and update in place', async ({ page }) => {
   }
   // And each state carries what it needs
   const waiting = rows.filter({ hasText: 'run-004.ipynb' });
-  await expect(waiting).toContainText('#2 in the queue');
+  await expect(waiting).toContainText('#2 in line');
   const pausing = rows.filter({ hasText: 'run-002.ipynb' });
   await expect(pausing.locator('progress')).toBeVisible();
   await expect(pausing).toContainText('of 6.1 GB');
