@@ -61,27 +61,40 @@ class FakeBridge:
         return None
 
 
-class FakeLifecycle:
+class FakeTable:
+    """The session table of a server with ``n`` idle kernels that nothing changes."""
+
     def __init__(self, n):
-        self.bridge = FakeBridge(n)
         self.sessions = {}
         for i in range(n):
             s = Session(path=f"nb{i}.ipynb", kernel_name="python3", kernel_id=f"k{i}")
             self.sessions[s.id] = s
-        self.user_busy = None
-        self.records = None  # nothing is written: the stand-in kernels hold no GPU
 
     async def refresh(self):
         return None
 
-    def busy_sessions(self):
-        return set()
-
     def session_for_kernel(self, kid):
         return None
 
-    async def record_event(self, s, type_, reason, **detail):
+    async def record_event(self, s, type_, reason, /, **detail):
         return None
+
+
+class FakeCapacity:
+    def changed(self):
+        return None
+
+
+class FakeLifecycle:
+    def __init__(self, n):
+        self.bridge = FakeBridge(n)
+        self.table = FakeTable(n)
+        self.capacity = FakeCapacity()
+        self.user_busy = None
+        self.records = None  # nothing is written: the stand-in kernels hold no GPU
+
+    def busy_sessions(self):
+        return set()
 
 
 async def one_pass_ms(n: int, repeat: int) -> float:
@@ -98,7 +111,7 @@ async def one_pass_ms(n: int, repeat: int) -> float:
     )
     mon.tracker.sync = lambda kids: None  # no real IOPub sockets for stand-in kernels
     start = utcnow()
-    for i, s in enumerate(lc.sessions.values()):
+    for i, s in enumerate(lc.table.sessions.values()):
         mon.tracker.last[s.kernel_id] = start - timedelta(seconds=60 * i)
     await mon.tick(start)  # warm-up: creates the per-session state
     times = []
