@@ -314,6 +314,8 @@ class GpuPauseApp(ExtensionApp):
         self.records = Records(self.db_path)
         probe = self.gpu_probe_class(parent=self)
         provider = build_provider(self.capacity_provider_class, self, probe)
+        for note in provider.notes():  # what NVML cannot see here (MIG, a container)
+            self.log.warning("jupyter_gpu_pause: capacity provider %s: %s", provider.name, note)
         queue = FolderQueue(
             self._queue_folder,
             server_id=uuid.uuid4().hex,
