@@ -56,6 +56,7 @@ from .operations import PauseSettings
 from .policy import DEFAULT_POLICIES, PolicyError, parse_policies
 from .probes import GpuProbe, NvmlProbe
 from .records import Records
+from .traits import not_negative
 
 
 def _data(*parts: str) -> str:
@@ -208,12 +209,7 @@ class GpuPauseApp(ExtensionApp):
 
     @validate("gpu_hold_alarm_hours", "max_checkpoint_bytes", "resume_timeout")
     def _not_negative(self, proposal):
-        if proposal["value"] < 0:
-            raise TraitError(
-                f"GpuPauseApp.{proposal['trait'].name} = {proposal['value']!r}: must be >= 0 "
-                "(0 turns it off)"
-            )
-        return proposal["value"]
+        return not_negative(self, proposal, " (0 turns it off)")
 
     # The services, built by initialize_settings; None until then (or if building failed).
     lifecycle = None

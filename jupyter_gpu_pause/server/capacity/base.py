@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from traitlets import Float, Int, TraitError, validate
+from traitlets import Float, Int, validate
 from traitlets.config import LoggingConfigurable
 
 from ...units import count_text, size_text
+from ..traits import not_negative
 
 
 @dataclass(frozen=True)
@@ -93,12 +94,7 @@ class CapacityProvider(LoggingConfigurable):
 
     @validate("headroom_fraction", "headroom_bytes")
     def _not_negative(self, proposal):
-        if proposal["value"] < 0:
-            raise TraitError(
-                f"{type(self).__name__}.{proposal['trait'].name} = {proposal['value']!r}: "
-                "must be >= 0"
-            )
-        return proposal["value"]
+        return not_negative(self, proposal)
 
     def need(self, session_id: str, gpu_bytes_per_device: list[int]) -> Need:
         """A resume's need: the checkpoint's GPU bytes per device, plus headroom."""

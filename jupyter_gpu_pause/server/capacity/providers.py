@@ -11,6 +11,7 @@ from traitlets import Int, TraitError, Type, validate
 
 from ...units import size_text
 from ..probes import GpuProbe
+from ..traits import not_negative
 from .base import CapacityProvider, Grant, Holder, Need, UnlimitedCapacity, Verdict, sessions_text
 
 
@@ -35,12 +36,7 @@ class QuotaCapacity(CapacityProvider):
 
     @validate("max_sessions", "max_gpu_bytes")
     def _limit(self, proposal):
-        if proposal["value"] < 0:
-            raise TraitError(
-                f"QuotaCapacity.{proposal['trait'].name} = {proposal['value']!r}: must be >= 0 "
-                "(0 = no limit)"
-            )
-        return proposal["value"]
+        return not_negative(self, proposal, " (0 = no limit)")
 
     def decide(self, need: Need, holders: list[Holder]) -> Verdict:
         if self.max_gpu_bytes and need.total > self.max_gpu_bytes:
