@@ -282,6 +282,13 @@ test('a resume beyond the GPU quota waits in line, can leave it, and continues w
     await pauseFromToolbar(page, WAITER);
     await resumeIntoLine(request, waiter);
     await expect(toolbarButton(page)).toHaveText('Waiting for GPU · #1');
+    // (long enough that the resumed notification reports the wait: it
+    // mentions waits of a second or more, and a tiny pause frees the GPU in
+    // less than that)
+    const progress = waiter.locator('.jp-GpuPause-progressText');
+    await expect(progress).toHaveText(/waiting ([2-9]|\d\d+) s$/, {
+      timeout: 15 * 1000
+    });
 
     // When the first one is paused from the panel
     await holder.getByRole('button', { name: 'Pause', exact: true }).click();
