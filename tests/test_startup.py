@@ -94,8 +94,33 @@ BAD_CONFIGS = [
     ),
     (
         "unbuilt-setting",
-        "c.GpuPauseApp.retention = {'keep_last': 3}",
-        ["GpuPauseApp.retention is not a setting"],
+        "c.GpuPauseApp.webhook_urls = ['http://127.0.0.1:9/hook']",
+        ["GpuPauseApp.webhook_urls is not a setting"],
+    ),
+    (
+        "retention-unknown-key",
+        "c.GpuPauseApp.retention = {'keep_lats': 3}",
+        ["GpuPauseApp.retention", "unknown key(s) 'keep_lats'", "keep_last"],
+    ),
+    (
+        "retention-negative",
+        "c.GpuPauseApp.retention = {'keep_last': 2, 'max_age_days': -1}",
+        ["GpuPauseApp.retention", "max_age_days = -1", ">= 0"],
+    ),
+    (
+        "retention-fraction-of-a-checkpoint",
+        "c.GpuPauseApp.retention = {'keep_last': 1.5}",
+        ["GpuPauseApp.retention", "keep_last = 1.5", "whole number"],
+    ),
+    (
+        "zero-store-timeout",
+        "c.GpuPauseApp.store_timeout = 0",
+        ["GpuPauseApp.store_timeout = 0", "more than 0"],
+    ),
+    (
+        "negative-gc-grace",
+        "c.GpuPauseApp.gc_grace_seconds = -5",
+        ["GpuPauseApp.gc_grace_seconds = -5", ">= 0"],
     ),
     (
         "misspelt-setting",

@@ -30,6 +30,7 @@ from traitlets import (
 )
 
 from ..store.keyfile import KeyFileError
+from ..store.retention import DEFAULT_RETENTION, parse_retention
 from .capacity import (
     AutoCapacity,
     CapacityProvider,
@@ -178,6 +179,31 @@ class GpuPauseApp(ExtensionApp):
         "intact (Resume tries again). Default: 1800 (30 min). 0 = wait forever.",
     ).tag(config=True)
 
+    store_timeout = Float(
+        30.0,
+        help="Seconds one store request (a blob part, a manifest, a listing) may take before "
+        "it is retried; a few retries with backoff follow, then the pause or resume fails "
+        "with the store's error, the kernel untouched. Bounds how long an unreachable store "
+        "can hold a pause (see docs/storage.md). Default: 30. Must be > 0.",
+    ).tag(config=True)
+
+    retention = Dict(
+        default_value=DEFAULT_RETENTION,
+        help="Which checkpoints are kept, applied after every pause and every hour: "
+        "'keep_last' (newest N per session), 'max_age_days', 'max_total_bytes' (per "
+        "session) and 'max_store_bytes' (the whole store); 0 turns a rule off. Manifests are "
+        "deleted oldest first, never the newest valid checkpoint of a paused session nor one "
+        "a resume is reading. Missing keys keep their defaults. Default: "
+        "{'keep_last': 3, 'max_age_days': 30, 'max_total_bytes': 0, 'max_store_bytes': 0}.",
+    ).tag(config=True)
+
+    gc_grace_seconds = Float(
+        86400.0,
+        help="Blobs no manifest references are deleted by garbage collection only once they "
+        "are older than this (by the store's own timestamps), so a pause still writing is "
+        "never robbed. Default: 86400 (one day). Must be >= 0.",
+    ).tag(config=True)
+
     max_checkpoint_bytes = Int(
         0,
         help="Refuse checkpoints larger than this many bytes, with a clear message. "
@@ -198,7 +224,7 @@ class GpuPauseApp(ExtensionApp):
         "shut down. Default: True.",
     ).tag(config=True)
 
-    @validate("poll_interval", "kernel_answer_timeout")
+    @validate("poll_interval", "kernel_answer_timeout", "store_timeout")
     def _positive(self, proposal):
         if not proposal["value"] > 0:
             raise TraitError(
@@ -211,12 +237,17 @@ class GpuPauseApp(ExtensionApp):
     def _not_negative(self, proposal):
         return not_negative(self, proposal, " (0 turns it off)")
 
+    @validate("gc_grace_seconds")
+    def _grace(self, proposal):
+        return not_negative(self, proposal)
+
     # The services, built by initialize_settings; None until then (or if building failed).
     lifecycle = None
     monitor = None
     records = None
     _store = None
     _policies = None
+    _retention = None
 
     # -- configuration, checked before Jupyter serves anything ------------------------------
     def _link_jupyter_server_extension(self, serverapp):
@@ -271,6 +302,10 @@ class GpuPauseApp(ExtensionApp):
         except PolicyError as e:
             raise ConfigError(f"GpuPauseApp.policies: {e}") from None
         self._store = check_store(self.store_url, self.store_options)
+        try:
+            self._retention = parse_retention(self.retention)
+        except ValueError as e:
+            raise ConfigError(f"GpuPauseApp.retention: {e}") from None
         check_secret_file(self.secret_file)
         check_db_path(self.db_path)
         self._queue_folder = check_queue_url(self.capacity_queue_url)
