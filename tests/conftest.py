@@ -16,6 +16,7 @@ from jupyter_server.serverapp import ServerApp
 
 from jupyter_gpu_pause.store.format import parse_iso
 from tests.cells import CellOutput
+from tests.moto import Moto
 from tests.waiting import wait_for
 
 pytest_plugins = ["pytest_jupyter.jupyter_server"]
@@ -41,6 +42,19 @@ def gp_config(store_dir, tmp_path, request) -> dict:
     if marker:
         config.update(marker.kwargs)
     return config
+
+
+@pytest.fixture
+def s3(monkeypatch, tmp_path):
+    """moto's S3 server in its own process, with a bucket; credentials in the environment
+    (of the server and so of every kernel), as the README tells admins to set them."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "y")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    moto = Moto(tmp_path / "moto.log")
+    moto.start()
+    yield moto
+    moto.stop()
 
 
 @pytest.fixture
