@@ -96,6 +96,12 @@ def call(arg: str) -> None:
         _fail(f"{func} failed: {type(e).__name__}: {e}", "agent-error")
 
 
+def _store(params: dict) -> Store:
+    """The store the server named, with its per-request timeout."""
+    timeout = float(params.get("store_timeout") or 30.0)
+    return Store(params["store_url"], params.get("store_options") or {}, timeout=timeout)
+
+
 def _plan(mode: str):
     shell = _shell()
     reg = api.REGISTRY
@@ -116,7 +122,7 @@ def capture(params: dict) -> None:
                 "bytes set by the administrator (max_checkpoint_bytes)",
                 "too-large",
             )
-        store = Store(params["store_url"], params.get("store_options") or {})
+        store = _store(params)
         result = write_plan(plan, store, progress=_Progress(), verify=params.get("verify", True))
         result["kernel"], result["origin"] = environment()
         result["registered"] = api.registered()
@@ -135,7 +141,7 @@ def restore(params: dict) -> None:
     doc = params["manifest"]
     cid = doc.get("checkpoint_id")
     try:
-        store = Store(params["store_url"], params.get("store_options") or {})
+        store = _store(params)
         blobs = load_blobs(doc, store, progress=_Progress())
         report = restore_objects(doc, blobs, _shell().user_ns, params.get("device", "any"))
     except IntegrityError as e:

@@ -301,7 +301,7 @@ class GpuPauseApp(ExtensionApp):
             self._policies = parse_policies(self.policies)
         except PolicyError as e:
             raise ConfigError(f"GpuPauseApp.policies: {e}") from None
-        self._store = check_store(self.store_url, self.store_options)
+        self._store = check_store(self.store_url, self.store_options, self.store_timeout)
         try:
             self._retention = parse_retention(self.retention)
         except ValueError as e:
@@ -372,6 +372,7 @@ class GpuPauseApp(ExtensionApp):
             settings=PauseSettings(
                 store_url=self._store.url,
                 store_options=dict(self.store_options),
+                store_timeout=self.store_timeout,
                 capture=self.capture,
                 max_checkpoint_bytes=self.max_checkpoint_bytes,
                 verify=self.verify_blobs,

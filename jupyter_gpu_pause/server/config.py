@@ -90,7 +90,7 @@ def _known_options(fs_class) -> set[str]:
     return names
 
 
-def check_store(url: str, options: dict) -> Store:
+def check_store(url: str, options: dict, timeout: float = 30.0) -> Store:
     """The store the configuration names, or ConfigError saying why there is none."""
     label = f"GpuPauseApp.store_url = {url!r}"
     if not url:
@@ -135,7 +135,7 @@ def check_store(url: str, options: dict) -> Store:
                 f"take: {said}"
             )
     try:
-        store = Store(url, options)
+        store = Store(url, options, timeout=timeout)
     except Exception as e:
         raise ConfigError(f"{label}: {type(e).__name__}: {e}") from None
     if store.local:

@@ -24,6 +24,7 @@ class PauseSettings:
 
     store_url: str
     store_options: dict = field(default_factory=dict)
+    store_timeout: float = 30.0
     capture: str = "namespace"
     max_checkpoint_bytes: int = 0
     verify: bool = True

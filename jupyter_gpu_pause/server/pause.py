@@ -74,6 +74,8 @@ class Pause:
             {
                 "store_url": settings.store_url,
                 "store_options": settings.store_options,
+                "store_timeout": settings.store_timeout,
+                "checkpoint_id": cid,
                 "capture": settings.capture,
                 "max_bytes": settings.max_checkpoint_bytes,
                 "verify": settings.verify,

@@ -152,6 +152,7 @@ class Resume:
                         "manifest": manifest.doc,
                         "store_url": lc.settings.store_url,
                         "store_options": lc.settings.store_options,
+                        "store_timeout": lc.settings.store_timeout,
                         "device": device,
                     },
                     lc.on_progress(self.s),

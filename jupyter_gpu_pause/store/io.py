@@ -54,8 +54,9 @@ def _write_all(fd: int, data) -> None:
 class Store:
     """One checkpoint store: a local folder or any fsspec URL (``s3://bucket/prefix``)."""
 
-    def __init__(self, url: str, options: dict | None = None):
+    def __init__(self, url: str, options: dict | None = None, timeout: float = 30.0):
         self.url = str(url)
+        self.timeout = float(timeout)  # seconds per request (GpuPauseApp.store_timeout)
         self.fs, root = fsspec.core.url_to_fs(self.url, **(options or {}))
         self.root = root.rstrip("/")
         self.local = "file" in (
