@@ -3,8 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 from tests.test_faults import READBACK, READBACK_OK, STATE, manifests
+from tests.waiting import wait_for
+
+# An object whose pickling hangs (a lock never released, a network call that never answers):
+# the agent's capture is stuck inside it until someone interrupts the kernel.
+HANGS_WHEN_SAVED = """
+import pathlib, threading
+class Stuck:
+    def __reduce__(self):
+        pathlib.Path({marker!r}).touch()
+        threading.Event().wait()  # never set
+stuck = Stuck()
+"""
 
 
 async def test_manual_pause_of_a_busy_kernel_waits_for_the_cell(lab, store_dir):
@@ -55,6 +68,34 @@ async def test_cancel_a_pause_that_waits_for_a_cell(lab, store_dir):
     # And cancel with nothing to cancel is refused
     code, err = await lab.api("POST", f"sessions/{s['id']}/cancel")
     assert code == 409 and "nothing to cancel" in err["message"]
+
+
+async def test_cancel_frees_a_kernel_stuck_inside_the_capture(lab, store_dir, tmp_path):
+    # Given a notebook with state and an object whose saving hangs
+    s = await lab.open_notebook()
+    marker = tmp_path / "capture-started"
+    await lab.run(s["kernel_id"], STATE + HANGS_WHEN_SAVED.format(marker=str(marker)))
+    # And a pause stuck inside the capture
+    code, body = await lab.api("POST", f"sessions/{s['id']}/pause")
+    assert code == 202, body
+
+    async def capturing():
+        return marker.exists()
+
+    await wait_for(capturing, what="the capture reaching the hanging object")
+
+    # When the user cancels
+    asked = time.monotonic()
+    code, body = await lab.api("POST", f"sessions/{s['id']}/cancel")
+
+    # Then the answer says active and the kernel runs the next cell within seconds,
+    # with every variable as it was and nothing written
+    assert code == 200 and body["state"] in ("active", "idle"), body
+    assert (await lab.run(s["kernel_id"], READBACK, timeout=10)).strip() == READBACK_OK
+    assert time.monotonic() - asked < 10
+    assert (await lab.session(s["id"]))["kernel_id"] == s["kernel_id"]
+    assert manifests(store_dir, s["id"]) == []
+    assert [e["type"] for e in await lab.events(s["id"])] == ["cancelled"]
 
 
 async def test_second_resume_joins_the_first(lab):

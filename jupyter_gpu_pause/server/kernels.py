@@ -26,6 +26,7 @@ from .errors import AgentFailed, GpuPauseError, KernelDied, WrongState
 WATCH_INTERVAL = 0.5
 IOPUB_GRACE = 0.5  # seconds after a shell reply by which its IOPub status arrives, if subscribed
 SHELL_POLL = 0.5  # seconds between two looks at a kernel that has not answered yet
+CANCEL_GRACE = 8.0  # seconds a cancelled agent call may take to unwind after the interrupt
 MAX_MESSAGE = 2000  # characters of an agent's error message passed on to the user
 
 
@@ -264,11 +265,14 @@ class KernelBridge:
             if MIME_RESULT in data and "reply" not in result:
                 result["reply"] = data[MIME_RESULT]
 
+        sent = []  # the agent's request has gone to the kernel: it runs there
+
         async def execute():
             # Behind a running cell, this waits for it, as the agent itself would have to.
             await _round_trip(
                 client, lambda: self.execution_state(kernel_id) == "busy", self.answer_timeout
             )
+            sent.append(True)
             await client.execute_interactive(
                 code,
                 silent=True,
@@ -282,7 +286,12 @@ class KernelBridge:
         watch = asyncio.ensure_future(self._watch(kernel_id, pid))
         self._agent_calls[kernel_id] = self._agent_calls.get(kernel_id, 0) + 1
         try:
-            done, _ = await asyncio.wait({run, watch}, return_when=asyncio.FIRST_COMPLETED)
+            try:
+                done, _ = await asyncio.wait({run, watch}, return_when=asyncio.FIRST_COMPLETED)
+            except asyncio.CancelledError:
+                if sent:
+                    await self._stop_agent(kernel_id, run, watch)
+                raise
             if watch in done:
                 watch.result()  # raises KernelDied
             run.result()
@@ -294,6 +303,28 @@ class KernelBridge:
             if left > 0:
                 self._agent_calls[kernel_id] = left
         return _agent_reply(result)
+
+    async def _stop_agent(self, kernel_id: str, run, watch) -> None:
+        """The caller gave up on a running agent call (Cancel): interrupt the kernel and wait,
+        briefly, for the agent to unwind, so the kernel is idle and usable when this returns.
+
+        Only the agent's own request is interrupted: ``sent`` is set once the user's cell (if
+        any) has finished, and the agent only reads the namespace, so nothing of the user's
+        changes. A kernel that does not come back within ``CANCEL_GRACE`` is left running as
+        it is; the call still ends.
+        """
+        try:
+            await self.km.interrupt_kernel(kernel_id)
+        except Exception as e:  # the kernel is gone or cannot be signalled: nothing to wait for
+            self.log.warning("jupyter_gpu_pause: could not interrupt kernel %s: %s", kernel_id, e)
+            return
+        await asyncio.wait({run, watch}, timeout=CANCEL_GRACE, return_when=asyncio.FIRST_COMPLETED)
+        if not run.done():
+            self.log.warning(
+                "jupyter_gpu_pause: kernel %s still runs the cancelled agent call after %g s",
+                kernel_id,
+                CANCEL_GRACE,
+            )
 
     # -- starting, stopping, attaching -----------------------------------------------------
     async def start(self, kernel_name: str, cwd: str, path: str, name: str, env: dict) -> str:
