@@ -121,6 +121,24 @@ class Server:
             time.sleep(0.2)
         pytest.fail(f"jupyter server did not answer within {WAIT}s:\n{self.log_tail()}")
 
+    def wait_until(self, condition, what: str):
+        """The first truthy value of ``condition()``, polled; fails saying ``what`` if none."""
+        end = time.monotonic() + WAIT
+        while not (value := condition()):
+            if time.monotonic() > end:
+                pytest.fail(f"{what} not seen within {WAIT}s:\n{self.log_tail()}")
+            time.sleep(0.2)
+        return value
+
+    def wait_log(self, text: str) -> str:
+        """The first line of this start's log that contains ``text``."""
+
+        def line():
+            lines = self.log.read_text(errors="replace").splitlines()
+            return next((x for x in lines if text in x), None)
+
+        return self.wait_until(line, repr(text))
+
     def log_tail(self) -> str:
         return self.log.read_text(errors="replace")[-4000:]
 

@@ -106,3 +106,97 @@ def test_unreadable_records_make_the_api_say_so_and_change_nothing(server):
     # And the records file is left exactly as it was, for an administrator to inspect
     assert db.read_bytes() == garbage
     assert "could not load the records" in server.log_tail()
+
+
+def _lose_records(server) -> None:
+    for suffix in ("", "-wal", "-shm"):
+        (server.tmp / f"records.sqlite{suffix}").unlink(missing_ok=True)
+
+
+def test_lost_records_the_store_brings_paused_sessions_back(server, tmp_path):
+    # Given three notebooks (one in a folder), each paused with its own values
+    server.start()
+    paths = ["a.ipynb", "b.ipynb", "exp/c.ipynb"]
+    (server.root / "exp").mkdir()
+    paused = {}
+    for i, path in enumerate(paths):
+        s = server.open_notebook(path)
+        server.run(s["kernel_id"], f"{STATE}; n = {i}")
+        paused[s["id"]] = (path, server.pause(s["id"])["checkpoint"]["id"])
+
+    # When the server stops and its records database is lost (a new pod, a wiped home)
+    assert server.stop() == 0
+    _lose_records(server)
+    server.start()
+
+    # Then all three are listed again, paused at the same checkpoints, saying where they
+    # came from
+    server.wait_log("store read: 3 session(s) brought back")
+    listed = server.sessions()
+    assert {sid: (s["path"], s["checkpoint"]["id"]) for sid, s in listed.items()} == paused
+    for sid, s in listed.items():
+        assert s["state"] == "paused" and s["kernel_name"] == "python3", s
+        assert "Found in the store" in s["message"]
+        code, body = server.api("GET", f"gpu-pause/api/events?session_id={sid}")
+        assert [e["type"] for e in body["events"]] == ["recovered"]
+
+    # And every one resumes with its own values, into its notebook
+    for i, (sid, (path, _)) in enumerate(sorted(paused.items(), key=lambda x: x[1][0])):
+        back = server.resume(sid)
+        assert server.run(back["kernel_id"], "print(n, msg)").strip() == f"{i} hi"
+        code, js = server.api("GET", "api/sessions")
+        assert (path, back["kernel_id"]) in [(x["path"], x["kernel"]["id"]) for x in js]
+
+    # And another user's server sharing the store (its own root and records) leaves them
+    # alone
+    other = Server(
+        tmp_path / "other",
+        args=(
+            f"--GpuPauseApp.store_url={server.tmp / 'store'}",
+            f"--GpuPauseApp.secret_file={server.tmp / 'secret'}",
+            f"--GpuPauseApp.db_path={tmp_path / 'other' / 'records.sqlite'}",
+        ),
+        own_paths=False,
+    )
+    try:
+        other.start()
+        other.wait_log("store read: 0 session(s) brought back from it, 3 of other servers")
+        assert other.sessions() == {}
+    finally:
+        other.stop()
+
+
+def test_checkpoints_deleted_by_hand_and_discarded_sessions(server):
+    # Given two paused notebooks; the user discards one keeping its checkpoints
+    server.start()
+    gone = server.open_notebook("gone.ipynb")
+    server.run(gone["kernel_id"], STATE)
+    ck = server.pause(gone["id"])["checkpoint"]["id"]
+    kept = server.open_notebook("kept.ipynb")
+    server.run(kept["kernel_id"], STATE)
+    server.pause(kept["id"])
+    code, _ = server.api("DELETE", f"gpu-pause/api/sessions/{kept['id']}")
+    assert code == 204
+    # And someone deletes the other's checkpoints from the store by hand
+    for manifest in (server.tmp / "store" / "v1" / "sessions" / gone["id"]).glob("*.json"):
+        manifest.unlink()
+
+    # When the server restarts
+    assert server.stop() == 0
+    server.start()
+    server.wait_log("store read:")
+
+    # Then the session whose checkpoints went is shown failed, saying so, not resumable
+    s = server.wait_state(gone["id"], states=("failed",))
+    assert s["error"]["reason"] == "checkpoints-gone" and ck in s["error"]["message"]
+    assert "deleted outside jupyter_gpu_pause" in s["message"]
+    code, err = server.api("POST", f"gpu-pause/api/sessions/{gone['id']}/resume")
+    assert code == 409 and err["reason"] == "wrong-state", err
+    assert s["checkpoint"] is None  # so the panel offers no Resume
+    assert server.sessions()[gone["id"]]["state"] == "failed"
+    # And the user can discard it
+    code, _ = server.api("DELETE", f"gpu-pause/api/sessions/{gone['id']}?delete_checkpoints=true")
+    assert code == 204
+    # And the discarded one stays discarded although its checkpoints are still stored
+    assert kept["id"] not in server.sessions()
+    assert list((server.tmp / "store" / "v1" / "sessions" / kept["id"]).glob("*.json"))

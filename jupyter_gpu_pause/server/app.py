@@ -373,6 +373,8 @@ class GpuPauseApp(ExtensionApp):
                 store_url=self._store.url,
                 store_options=dict(self.store_options),
                 store_timeout=self.store_timeout,
+                owner=server_user(),
+                root_dir=os.path.abspath(server.root_dir),
                 capture=self.capture,
                 max_checkpoint_bytes=self.max_checkpoint_bytes,
                 verify=self.verify_blobs,

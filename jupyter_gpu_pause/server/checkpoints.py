@@ -127,6 +127,10 @@ class Checkpoints:
         """Checkpoint ids of a session, newest first."""
         return list(reversed(await self._io(self.store.list_checkpoints, session_id)))
 
+    async def session_ids(self) -> list[str]:
+        """Every session with a folder in the store, this server's or not."""
+        return await self._io(self.store.session_ids)
+
     async def summaries(self, session_id: str) -> list[dict]:
         """The REST Checkpoint objects, newest first, each with ``valid`` and the problem."""
         out = []

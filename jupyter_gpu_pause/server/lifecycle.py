@@ -22,6 +22,7 @@ from .model import RUNNING, Session
 from .operations import DEVICES, Op, Operations, PauseSettings
 from .pause import Pause
 from .records import Records
+from .recovery import Recovery
 from .resume import Resume, ResumeOptions
 from .sessions import SessionTable
 from .views import session_json
@@ -66,6 +67,7 @@ class Lifecycle:
         # loaded, an empty session list would tell a user their paused work is gone.
         self._started = asyncio.Event()
         self.start_error: str | None = None
+        self._recovery: asyncio.Future | None = None
 
     # -- startup, sync -----------------------------------------------------------------------
     async def start(self) -> None:
@@ -81,6 +83,15 @@ class Lifecycle:
         problem = await self.checkpoints.prepare_key()
         if problem:
             self.log.critical("jupyter_gpu_pause: %s", problem)
+        # The store is the source of truth: read it in the background (a slow store must not
+        # hold the API), bringing back sessions the records lost.
+        self._recovery = asyncio.ensure_future(self._recover())
+
+    async def _recover(self) -> None:
+        try:
+            await Recovery(self).run()
+        except Exception:
+            self.log.exception("jupyter_gpu_pause: could not compare the records with the store")
 
     async def wait_started(self) -> None:
         """Hold a request until the records are loaded; refuse every one if loading failed."""
@@ -100,6 +111,9 @@ class Lifecycle:
 
     async def stop(self) -> None:
         """Cancel what can still be cancelled; give the rest a bounded time to finish."""
+        if self._recovery is not None:
+            self._recovery.cancel()
+            await asyncio.gather(self._recovery, return_exceptions=True)
         await self.ops.drain(STOP_GRACE)
         await self.capacity.stop()
 
@@ -278,6 +292,8 @@ class Lifecycle:
                 await self.table.record_event(s, "checkpoint_deleted", "user", checkpoint_id=cid)
         del self.table.sessions[s.id]
         await self.records.delete(s.id)
+        # Kept checkpoints would otherwise come back at the next start (recovery.py)
+        await self.table.record_event(s, "discarded", "user", delete_checkpoints=delete_checkpoints)
 
     # -- resume --------------------------------------------------------------------------------
     async def resume(

@@ -25,6 +25,10 @@ class PauseSettings:
     store_url: str
     store_options: dict = field(default_factory=dict)
     store_timeout: float = 30.0
+    # whose server this is and the folder it serves: recorded in every manifest, so a server
+    # that lost its records finds its own sessions in a store others share (recovery.py)
+    owner: str = ""
+    root_dir: str = ""
     capture: str = "namespace"
     max_checkpoint_bytes: int = 0
     verify: bool = True

@@ -84,7 +84,15 @@ class Pause:
         )
         check_capture(result)  # the kernel runs user code: nothing it says is signed unchecked
         s.progress = {"phase": "verifying", "done_bytes": 0, "total_bytes": None}
-        kernel_meta = {**result["kernel"], "kernelspec": s.kernel_name, "path": s.path}
+        kernel_meta = {
+            **result["kernel"],
+            "kernelspec": s.kernel_name,
+            "path": s.path,
+            "name": s.name,
+            "session_type": s.type,
+            "owner": settings.owner,
+            "root_dir": settings.root_dir,
+        }
         parent = s.checkpoint["id"] if s.checkpoint else None
         manifest = await lc.checkpoints.commit(
             s.id, cid, parent, kernel_meta, result["origin"], result

@@ -159,6 +159,18 @@ class Records:
     ) -> list[dict]:
         return await self._run(self._events, since, session_id, limit)
 
+    def _discarded(self) -> set[str]:
+        rows = (
+            self._connect()
+            .execute("SELECT DISTINCT session_id FROM events WHERE type = 'discarded'")
+            .fetchall()
+        )
+        return {r[0] for r in rows}
+
+    async def discarded(self) -> set[str]:
+        """Ids of sessions a user discarded: their kept checkpoints are not brought back."""
+        return await self._run(self._discarded)
+
     # -- accounting ----------------------------------------------------------------------
     def _add_accounting(self, rows: list[tuple]) -> None:
         db = self._connect()

@@ -60,6 +60,10 @@ def is_checkpoint_id(name: str) -> bool:
     return bool(_ID_RE.match(name))
 
 
+def is_session_id(name: str) -> bool:
+    return bool(_SESSION_RE.match(name))
+
+
 def blob_path(h: str) -> str:
     check_blob_hash(h)  # a hash names a path: never let one reach outside the blob folder
     return f"v1/blobs/{h[0:2]}/{h}"

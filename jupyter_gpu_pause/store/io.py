@@ -15,7 +15,7 @@ import secrets
 
 import fsspec
 
-from .format import blob_path, is_checkpoint_id, manifest_path, session_dir
+from .format import blob_path, is_checkpoint_id, is_session_id, manifest_path, session_dir
 from .integrity import IntegrityError, StreamingHash, blob_hash
 from .private import private_makedirs
 
@@ -212,6 +212,18 @@ class Store:
         except Exception as e:
             raise self._wrap("list", d, e) from e
         return sorted(i for i in map(_manifest_id, entries) if i)
+
+    def session_ids(self) -> list[str]:
+        """Ids of the sessions with a folder in the store (checkpoints or not), sorted."""
+        top = self._p("v1/sessions")
+        try:
+            entries = self.fs.ls(top, detail=True)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        except Exception as e:
+            raise self._wrap("list", top, e) from e
+        names = (posixpath.basename(e["name"].rstrip("/")) for e in entries)
+        return sorted(n for n in names if is_session_id(n))
 
     def has_checkpoints(self) -> bool:
         """Whether any session has a checkpoint in this store (stops at the first one found)."""
