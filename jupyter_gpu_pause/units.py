@@ -15,3 +15,15 @@ def size_text(n: float) -> str:
 def count_text(n: int, noun: str) -> str:
     """``1 object``, ``3 objects``: messages end up in notifications people read."""
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def age_text(seconds: float) -> str:
+    """A coarse duration for messages: "40 s", "12 min", "2 h", "3 d"."""
+    s = max(0.0, float(seconds))
+    if s < 90:
+        return f"{round(s)} s"
+    if s < 90 * 60:
+        return f"{round(s / 60)} min"
+    if s < 48 * 3600:
+        return f"{round(s / 3600)} h"
+    return f"{round(s / 86400)} d"

@@ -225,7 +225,6 @@ def _edit_manifest(path: Path) -> tuple[Path, bytes]:
     ("damage", "check"),
     [
         ("manifest", "signature does not match"),
-        ("tensor", "does not match its checksum"),
         ("pickle", "does not match its checksum"),
     ],
 )
@@ -262,25 +261,83 @@ async def test_damaged_checkpoint_is_refused_before_unpickling(
     assert back["state"] in ("active", "idle") and marker.read_text() == "unpickled"
 
 
-async def test_damaged_latest_checkpoint_falls_back_to_the_older_one(lab, store_dir):
-    # Given two checkpoints, the newer with a tensor the older does not have
+async def test_a_damaged_tensor_costs_only_the_objects_that_use_it(lab, store_dir, tmp_path):
+    # Given a paused session with a tripwire object and a tensor, the tensor's blob damaged
+    marker = tmp_path / "unpickled.txt"
+    s = await lab.open_notebook()
+    await lab.run(s["kernel_id"], MARKER_STATE.format(marker=str(marker)))
+    await lab.api("POST", f"sessions/{s['id']}/pause")
+    cid = (await lab.wait_state(s["id"]))["checkpoint"]["id"]
+    doc = json.loads((store_dir / "v1" / "sessions" / s["id"] / f"{cid}.json").read_text())
+    _flip_blob(store_dir, doc, "tensor")
+    # When the user resumes
+    await lab.api("POST", f"sessions/{s['id']}/resume")
+    back = await lab.wait_state(s["id"])
+    # Then the session runs again: the intact object came back (its bytes were all checked
+    # first), the tensor did not, and the report and the message say which and why
+    assert back["state"] in ("active", "idle"), back
+    assert marker.read_text() == "unpickled"
+    assert "wire" in back["restore"]["restored"] and "weights" not in back["restore"]["restored"]
+    (failed,) = back["restore"]["failed"]
+    assert failed["name"] == "weights" and "does not match its checksum" in failed["reason"]
+    assert "not restored: weights" in back["message"]
+    out = await lab.run(
+        back["kernel_id"],
+        "import jupyter_gpu_pause as gp\n"
+        "print('weights' in dir(), [f['name'] for f in gp.last_restore()['failed']])",
+    )
+    assert out.strip() == "False ['weights']"
+
+
+async def _two_checkpoints(lab, store_dir):
+    """A session paused at version 1, resumed, changed to version 2 and paused again."""
     s = await lab.open_notebook()
     await lab.run(s["kernel_id"], STATE + "\nversion = 1")
     await lab.api("POST", f"sessions/{s['id']}/pause")
     older = (await lab.wait_state(s["id"]))["checkpoint"]["id"]
     await lab.api("POST", f"sessions/{s['id']}/resume")
     kid = (await lab.wait_state(s["id"]))["kernel_id"]
-    await lab.run(kid, "version = 2; extra = torch.randn(50_000)")
+    await lab.run(kid, "version = 2; weights = weights * 2; extra = torch.randn(50_000)")
     await lab.api("POST", f"sessions/{s['id']}/pause")
     newer = (await lab.wait_state(s["id"]))["checkpoint"]["id"]
-    doc = json.loads((store_dir / "v1" / "sessions" / s["id"] / f"{newer}.json").read_text())
-    older_doc = json.loads((store_dir / "v1" / "sessions" / s["id"] / f"{older}.json").read_text())
-    only_newer = {
-        h: b
-        for h, b in doc["blobs"].items()
-        if h not in older_doc["blobs"] and b["kind"] == "tensor"
-    }
-    _flip_blob(store_dir, {"blobs": only_newer}, "tensor")
+    folder = store_dir / "v1" / "sessions" / s["id"]
+    docs = [json.loads((folder / f"{c}.json").read_text()) for c in (older, newer)]
+    return s, older, newer, docs
+
+
+async def test_one_damaged_object_comes_from_the_older_checkpoint(lab, store_dir):
+    # Given two checkpoints, and the blob of `weights` in the newer one damaged (only the
+    # newer one has those bytes: the weights were doubled)
+    s, older, newer, (older_doc, doc) = await _two_checkpoints(lab, store_dir)
+    only_newer = {h: b for h, b in doc["blobs"].items() if h not in older_doc["blobs"]}
+    weights_blob = {h: b for h, b in only_newer.items() if b["bytes"] == 300_000 * 4}
+    _flip_blob(store_dir, {"blobs": weights_blob}, "tensor")
+    # When the user resumes
+    await lab.api("POST", f"sessions/{s['id']}/resume")
+    back = await lab.wait_state(s["id"])
+    # Then `weights` comes from the older checkpoint, everything else from the newer, and the
+    # session, the event and gp.last_restore() all say so, object by object
+    assert back["state"] in ("active", "idle"), back
+    assert back["checkpoint"]["id"] == newer and back["restore"]["failed"] == []
+    (took,) = back["restore"]["fallback"]
+    assert (took["name"], took["checkpoint_id"]) == ("weights", older)
+    assert took["older_seconds"] > 0
+    assert f"weights from checkpoint {older}, " in back["message"], back["message"]
+    event = (await lab.events(s["id"], "resumed"))[-1]
+    assert [x["name"] for x in event["detail"]["fallback"]] == ["weights"]
+    out = await lab.run(
+        back["kernel_id"],
+        "import jupyter_gpu_pause as gp\n"
+        "print(version, int(weights.double().sum().item()), extra.shape[0], note, "
+        "[(x['name'], x['checkpoint_id']) for x in gp.last_restore()['fallback']])",
+    )
+    assert out.strip() == f"2 44999850000 50000 keep me [('weights', '{older}')]"
+
+
+async def test_a_damaged_object_graph_falls_back_to_the_older_checkpoint_whole(lab, store_dir):
+    # Given two checkpoints, the newer one's object graph (its pickle blob) damaged
+    s, older, newer, (_, doc) = await _two_checkpoints(lab, store_dir)
+    _flip_blob(store_dir, doc, "pickle")
     # When the user resumes
     await lab.api("POST", f"sessions/{s['id']}/resume")
     back = await lab.wait_state(s["id"])

@@ -100,11 +100,11 @@ async def test_pause_to_s3_and_resume_bit_identical(lab, s3, store_dir):
     assert code == 200 and [(c["id"], c["valid"]) for c in listed["checkpoints"]] == [(cid, True)]
 
 
-async def test_flipped_byte_in_an_s3_blob_is_refused(lab, s3, store_dir):
-    # Given a paused session, and one tensor blob in the bucket with one bit flipped
+async def test_flipped_byte_in_an_s3_pickle_blob_is_refused(lab, s3, store_dir):
+    # Given a paused session, and its pickle blob in the bucket with one bit flipped
     s, before, paused, doc = await _paused(lab, s3, store_dir)
     cid = paused["checkpoint"]["id"]
-    h = next(h for h, b in doc["blobs"].items() if b["kind"] == "tensor")
+    h = doc["pickle"]["blob"]  # the object graph: no object can come back without it
     key = f"{PREFIX}/v1/blobs/{h[:2]}/{h}"
     original = s3.get(key)
     damaged = bytearray(original)

@@ -142,8 +142,20 @@ def restore(params: dict) -> None:
     cid = doc.get("checkpoint_id")
     try:
         store = _store(params)
-        blobs = load_blobs(doc, store, progress=_Progress())
-        report = restore_objects(doc, blobs, _shell().user_ns, params.get("device", "any"))
+        bad: dict = {}
+        blobs = load_blobs(doc, store, progress=_Progress(), bad=bad)
+        if doc["pickle"]["blob"] in bad:  # no object can come from it: refuse it whole
+            raise bad[doc["pickle"]["blob"]]
+
+        def fallbacks():
+            """Older checkpoints, read only when an object needs one."""
+            for older in params.get("fallbacks") or []:
+                older_bad = {h: e for h, e in bad.items() if h in older["blobs"]}
+                yield older, load_blobs(older, store, bad=older_bad, have=blobs), older_bad
+
+        report = restore_objects(
+            doc, blobs, _shell().user_ns, params.get("device", "any"), bad, fallbacks()
+        )
     except IntegrityError as e:
         return _fail(f"checkpoint {cid} was refused: {e}", "integrity", e.check)
     except RestoreError as e:

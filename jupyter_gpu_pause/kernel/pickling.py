@@ -138,3 +138,21 @@ class NamespaceUnpickler(pickle.Unpickler):
 
     def persistent_load(self, pid):
         return self._resolve(pid)
+
+
+class EditableMemoUnpickler(pickle._Unpickler):
+    """NamespaceUnpickler in pure Python, whose memo is a plain dict shared down the chain.
+
+    Used only when a checkpoint has a damaged blob: what a damaged object memoized must then
+    be forgotten (``restore._forget_damaged``), and the C unpickler's memo cannot be edited
+    (assigning it a dict leaves it empty). Slower, but only on that rare path.
+    """
+
+    def __init__(self, data: bytes, resolve, previous: pickle._Unpickler | None):
+        super().__init__(io.BytesIO(data))
+        self._resolve = resolve
+        if previous is not None:
+            self.memo = previous.memo
+
+    def persistent_load(self, pid):
+        return self._resolve(pid)

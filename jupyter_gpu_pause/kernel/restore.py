@@ -1,7 +1,10 @@
 """Restore: read and check every blob first, then rebuild the objects one by one.
 
-Nothing is unpickled until every blob of the checkpoint has matched its hash. After that, one
-object failing costs only that object (and the objects that reference it); the report names each.
+Nothing is unpickled before every blob of the checkpoint has been read and checked. A blob
+that does not match its hash (or is missing) is never used: the objects that need it fail, and
+so does one whose class is gone; every other object is restored. A failed object is then taken
+from the newest older checkpoint where it restores (``fallbacks``), and the report says, per
+object, which checkpoint it came from.
 """
 
 from __future__ import annotations
@@ -9,10 +12,12 @@ from __future__ import annotations
 import importlib
 import pickle
 import sys
+import types
 from concurrent.futures import ThreadPoolExecutor, as_completed
 
-from ..store import Store
-from .pickling import NamespaceUnpickler
+from ..store import IntegrityError, Store
+from ..store.format import parse_iso
+from .pickling import EditableMemoUnpickler, NamespaceUnpickler
 
 
 class RestoreError(Exception):
@@ -57,40 +62,97 @@ def _allocator(doc: dict):
     return lambda n: np.empty(n, dtype=np.uint8)
 
 
-def load_blobs(doc: dict, store: Store, progress=None) -> dict:
-    """Read every blob into memory, checking size and hash; raise at the first bad one.
+def load_blobs(
+    doc: dict, store: Store, progress=None, bad: dict | None = None, have: dict | None = None
+) -> dict:
+    """Read every blob of ``doc`` into memory, checking size and hash.
 
-    Nothing is unpickled before this has returned for the whole checkpoint.
+    Without ``bad``, the first damaged blob raises IntegrityError. With it, a damaged blob is
+    left out of the result and recorded in ``bad`` (hash -> its IntegrityError), so only the
+    objects that need it fail. Blobs already in ``have`` (read for a newer checkpoint) are not
+    read again. A store that cannot be read (StoreError) always stops the restore. Nothing is
+    unpickled before this has returned.
     """
     alloc = _allocator(doc)
-    total = int(doc["totals"]["bytes"])
+    have = have or {}
+    wanted = {h: m for h, m in doc["blobs"].items() if h not in have and h not in (bad or {})}
+    total = sum(int(m["bytes"]) for m in wanted.values())
     done = 0
-    data = {h: alloc(int(meta["bytes"])) for h, meta in doc["blobs"].items()}
+    data = {h: alloc(int(meta["bytes"])) for h, meta in wanted.items()}
     # Two readers: a read from the page cache and the hash of the previous buffer both release
     # the GIL, so two threads keep both cores busy.
     with ThreadPoolExecutor(max_workers=2) as pool:
         futures = {pool.submit(store.read_blob_into, h, buf): h for h, buf in data.items()}
         try:
             for f in as_completed(futures):
-                f.result()  # the first IntegrityError/StoreError stops the restore
-                done += data[futures[f]].nbytes
+                h = futures[f]
+                try:
+                    f.result()
+                except IntegrityError as e:
+                    if bad is None:
+                        raise
+                    bad[h] = e
+                    del data[h]
+                    continue
+                done += int(wanted[h]["bytes"])
                 if progress:
                     progress("reading", done, total)
         except BaseException:
             for f in futures:
                 f.cancel()
             raise
-    return data
+    return {**{h: b for h, b in have.items() if h in doc["blobs"]}, **data}
+
+
+class DamagedBlob(Exception):
+    """An object needs a blob that failed its check; the object cannot be rebuilt from it."""
+
+
+# What an object's unpickling memoizes that carries no data of its own: kept for the objects
+# after a damaged one. Everything else it memoized (tensors, containers, instances) may hold
+# the stand-in for the damaged bytes, so it is forgotten, and objects that refer to it fail.
+_PLAIN = (
+    type,
+    types.FunctionType,
+    types.BuiltinFunctionType,
+    types.ModuleType,
+    str,
+    bytes,
+    int,
+    float,
+    complex,
+    bool,
+    type(None),
+)
+
+
+def _forget_damaged(memo: dict, before: set) -> None:
+    torch = sys.modules.get("torch")
+    plain = _PLAIN + ((torch.dtype, torch.device) if torch is not None else ())
+    for key in [k for k, v in memo.items() if k not in before and not isinstance(v, plain)]:
+        del memo[key]
 
 
 class _Resolver:
     """Turns persistent ids back into storages, arrays and the live namespace."""
 
-    def __init__(self, doc: dict, blobs: dict, user_ns: dict, device_map: dict):
+    def __init__(
+        self,
+        doc: dict,
+        blobs: dict,
+        user_ns: dict,
+        device_map: dict,
+        bad: dict | None = None,
+        claimed: set | None = None,
+    ):
         self.doc, self.blobs, self.user_ns, self.device_map = doc, blobs, user_ns, device_map
+        self.bad = bad or {}
+        self.damage: list[str] = []  # damaged blobs the object being rebuilt asked for
         self._storages: dict = {}
         self._arrays: dict = {}
-        self._claimed: set = set()
+        # shared between the resolvers of one restore: a buffer handed to an object of one
+        # checkpoint is copied for an object of another
+        self._claimed: set = set() if claimed is None else claimed
 
     def _buffer(self, h: str):
         """The bytes of blob ``h``; a second object with the same content gets its own copy.
@@ -98,6 +160,14 @@ class _Resolver:
         Blobs are deduplicated by content, so two distinct tensors that happen to hold equal
         bytes (Adam's per-parameter ``step`` counters) share a blob but must not share memory.
         """
+        if h in self.bad:
+            # A stand-in of the right size lets the unpickling of this object run to its end,
+            # so everything it memoizes after the damaged part exists for the objects after
+            # it; the object itself is then dropped (``_rebuild``), never handed to the user.
+            self.damage.append(str(self.bad[h]))
+            import numpy as np
+
+            return np.zeros(int(self.doc["blobs"][h]["bytes"]), dtype=np.uint8)
         raw = self.blobs[h]
         if h in self._claimed:
             return raw.copy()
@@ -115,7 +185,7 @@ class _Resolver:
             else:
                 us = torch.UntypedStorage(0)
             target = self.device_map.get(meta["device"])
-            if target is not None:
+            if target is not None and meta["blob"] not in self.bad:
                 us = us.cuda(int(target.split(":")[1]))
             self._storages[index] = us
         return self._storages[index]
@@ -151,45 +221,132 @@ def _out_of_gpu_memory(e: BaseException) -> bool:
     return (oom is not None and isinstance(e, oom)) or "CUDA out of memory" in str(e)
 
 
-def restore_objects(doc: dict, blobs: dict, user_ns: dict, device: str = "any") -> dict:
-    """Rebuild the saved objects into ``user_ns``; returns the restore report.
+def _rebuild(doc: dict, resolver: _Resolver, want: set | None = None):
+    """Unpickle the objects of ``doc`` in order: yields ``(object, value, error)``.
 
-    Running out of GPU memory is not one object's failure but the placement's: the whole
-    restore stops with ``gpu-oom`` so the server can put the session back in line.
+    Objects share one memo (a later object may refer to an earlier one), so an older
+    checkpoint's object is rebuilt after those before it; ``want`` stops after the last
+    object wanted. Running out of GPU memory raises RestoreError("gpu-oom") at once.
     """
-    device_map = _device_map(doc["storages"], device)
-    resolver = _Resolver(doc, blobs, user_ns, device_map)
-    stream = blobs[doc["pickle"]["blob"]].tobytes() if doc["pickle"]["bytes"] else b""
-    restored, failed, registered, hooks = [], [], [], None
+    h = doc["pickle"]["blob"]
+    damaged = resolver.bad.get(h)
+    stream = b"" if damaged or not doc["pickle"]["bytes"] else resolver.blobs[h].tobytes()
+    left = set(want) if want is not None else None
     previous = None
+    unpickler_class = EditableMemoUnpickler if resolver.bad else NamespaceUnpickler
     for obj in doc["objects"]:
+        if left is not None and not left:
+            return
         name = obj["name"]
         try:
             if obj["kind"] == "module":
                 value = importlib.import_module(obj["module"])
+            elif damaged:
+                raise DamagedBlob(str(damaged))
             else:
                 seg = stream[obj["offset"] : obj["offset"] + obj["length"]]
-                unpickler = NamespaceUnpickler(seg, resolver, previous)
+                # the memo chains on even past a failed object: what it memoized before
+                # failing (a class, a function) is what later objects may refer to
+                previous = unpickler = unpickler_class(seg, resolver, previous)
+                before = set(unpickler.memo) if resolver.bad else ()
+                resolver.damage = []
                 value = unpickler.load()
-                previous = unpickler
+                if resolver.damage:
+                    _forget_damaged(unpickler.memo, before)
+                    raise DamagedBlob(resolver.damage[0])
         except Exception as e:
             if _out_of_gpu_memory(e):
                 raise RestoreError(
                     f"the GPU ran out of memory while restoring {name!r} ({e})", "gpu-oom"
                 ) from e
-            failed.append({"name": name, "reason": f"{type(e).__name__}: {e}"})
-            continue
-        if obj["kind"] == "hooks":
+            yield obj, None, e
+        else:
+            yield obj, value, None
+        if left is not None:
+            left.discard(name)
+
+
+def _why(e: BaseException) -> str:
+    return str(e) if isinstance(e, DamagedBlob) else f"{type(e).__name__}: {e}"
+
+
+def _older_by(doc: dict, than: dict) -> float | None:
+    try:
+        return (parse_iso(than["created"]) - parse_iso(doc["created"])).total_seconds()
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def restore_objects(
+    doc: dict,
+    blobs: dict,
+    user_ns: dict,
+    device: str = "any",
+    bad: dict | None = None,
+    fallbacks=(),
+) -> dict:
+    """Rebuild the saved objects into ``user_ns``; returns the restore report.
+
+    ``fallbacks``: ``(doc, blobs, bad)`` of older checkpoints, newest first; an object that
+    fails here is taken from the first of them where it restores (``report["fallback"]``).
+    Running out of GPU memory is not one object's failure but the placement's: the whole
+    restore stops with ``gpu-oom`` so the server can put the session back in line.
+    """
+    device_map = _device_map(doc["storages"], device)
+    claimed: set = set()
+    resolver = _Resolver(doc, blobs, user_ns, device_map, bad, claimed)
+    values, failures, hooks = {}, {}, None
+    for obj, value, error in _rebuild(doc, resolver):
+        if error is not None:
+            failures[obj["name"]] = (obj, _why(error))
+        elif obj["kind"] == "hooks":
             hooks = value
+        else:
+            values[obj["name"]] = value
+    fallback, used = [], []
+    older_ones = iter(fallbacks)  # a generator may read each one's blobs only when asked
+    while failures:
+        older, older_blobs, older_bad = next(older_ones, (None, None, None))
+        if older is None:
+            break
+        used.append(older)
+        names = set(failures) & {o["name"] for o in older["objects"]}
+        if not names:
             continue
-        user_ns[name] = value
-        restored.append(name)
-        if obj.get("required"):
-            registered.append(name)
+        older_map = _device_map(older["storages"], device)
+        device_map.update({k: v for k, v in older_map.items() if k not in device_map})
+        scratch = _Resolver(older, older_blobs, user_ns, device_map, older_bad, claimed)
+        for obj, value, error in _rebuild(older, scratch, want=names):
+            name = obj["name"]
+            if name not in names or error is not None:
+                continue
+            obj_here, _ = failures.pop(name)
+            if obj_here["kind"] == "hooks":
+                hooks = value
+            else:
+                values[name] = value
+            fallback.append(
+                {
+                    "name": name,
+                    "checkpoint_id": older["checkpoint_id"],
+                    "created": older.get("created"),
+                    "older_seconds": _older_by(older, doc),
+                }
+            )
+    restored, registered = [], []
+    for obj in doc["objects"]:  # in the saved order, so later names win as they did
+        name = obj["name"]
+        if name in values:
+            user_ns[name] = values[name]
+            restored.append(name)
+            if obj.get("required"):
+                registered.append(name)
+    storages = [*doc["storages"], *(st for d in used for st in d["storages"])]
     return {
         "checkpoint_id": doc["checkpoint_id"],
         "restored": restored,
-        "failed": failed,
+        "failed": [{"name": n, "reason": why} for n, (_, why) in failures.items()],
+        "fallback": fallback,
         "skipped": list(doc.get("skipped", [])),
         "registered": registered,
         "hooks": hooks,
@@ -197,7 +354,7 @@ def restore_objects(doc: dict, blobs: dict, user_ns: dict, device: str = "any") 
         # where each saved CUDA device's tensors went: "cuda:0", or "cpu"
         "devices": {
             saved: device_map.get(saved) or "cpu"
-            for saved in sorted({s["device"] for s in doc["storages"]})
+            for saved in sorted({s["device"] for s in storages})
             if saved.startswith("cuda")
         },
     }

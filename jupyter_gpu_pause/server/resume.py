@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from ..store import IntegrityError, StoreError
 from ..store.format import iso, utcnow
-from ..units import count_text
+from ..units import age_text, count_text
 from .capacity import Grant
 from .errors import AgentFailed, GpuPauseError
 from .model import Session
@@ -23,6 +23,7 @@ from .operations import Op, checkpoint_brief, gpu_bytes, gpu_bytes_per_device
 from .pause import failure
 
 NONE_VALID = "no checkpoint of this session passed verification"
+MAX_FALLBACKS = 4  # older checkpoints an object that cannot be restored may come from
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,14 @@ def _duration(seconds: float) -> str:
     if seconds >= 60 and seconds % 60 == 0:
         return f"{int(seconds // 60)} min"
     return f"{seconds:g} s"
+
+
+def older_text(x: dict) -> str:
+    """One object taken from an older checkpoint: "optimizer from checkpoint X, 2 h older"."""
+    age = x.get("older_seconds")
+    if age is None:
+        return f"{x['name']} from checkpoint {x['checkpoint_id']}"
+    return f"{x['name']} from checkpoint {x['checkpoint_id']}, {age_text(age)} older"
 
 
 def _device_targets(devices) -> bool:
@@ -64,8 +73,18 @@ def check_restore_report(report: dict) -> dict:
             for x in items
         )
 
+    def fallbacks(items) -> bool:
+        return isinstance(items, list) and all(
+            isinstance(x, dict)
+            and isinstance(x.get("name"), str)
+            and isinstance(x.get("checkpoint_id"), str)
+            and isinstance(x.get("older_seconds"), (int, float, type(None)))
+            for x in items
+        )
+
     if not (
-        names(report.get("restored"))
+        fallbacks(report.get("fallback", []))
+        and names(report.get("restored"))
         and names(report.get("registered"))
         and pairs(report.get("failed"), "reason")
         and pairs(report.get("skipped"), "reason")
@@ -154,6 +173,7 @@ class Resume:
                         "store_options": lc.settings.store_options,
                         "store_timeout": lc.settings.store_timeout,
                         "device": device,
+                        "fallbacks": await self._fallbacks(),
                     },
                     lc.on_progress(self.s),
                 )
@@ -167,6 +187,17 @@ class Resume:
                 manifest = await self._next_valid()
                 if manifest is None:
                     raise AgentFailed(NONE_VALID, "integrity") from e
+
+    async def _fallbacks(self) -> list[dict]:
+        """The older checkpoints that verify, newest first: where an object the chosen one
+        cannot restore is taken from (``kernel/restore.py``)."""
+        docs = []
+        for cid in self.ids[:MAX_FALLBACKS]:
+            try:
+                docs.append((await self.lc.checkpoints.verify(self.s.id, cid)).doc)
+            except (IntegrityError, StoreError):
+                continue  # a resume falling back to it whole will say why
+        return docs
 
     # -- capacity ------------------------------------------------------------------------------
     def _mode(self, manifest) -> str:
@@ -320,8 +351,10 @@ class Resume:
         s.checkpoint = checkpoint_brief(manifest)
         s.restore = {**report, "refused": self.refused}
         failed, restored = report["failed"], count_text(len(report["restored"]), "object")
+        older = report.get("fallback", [])
         s.message = (
             f"Restored {restored} from checkpoint {manifest.id}"
+            + "".join(f"; {older_text(x)}" for x in older)
             + (f"; not restored: {', '.join(f['name'] for f in failed)}" if failed else "")
             + (f"; {len(self.refused)} newer checkpoint(s) refused" if self.refused else "")
         )
@@ -334,6 +367,7 @@ class Resume:
             kernel_id=kid,
             restored=report["restored"],
             failed=failed,
+            fallback=older,
             refused=self.refused,
             device=s.device,
             devices=grant.devices,
