@@ -151,8 +151,25 @@ class EditableMemoUnpickler(pickle._Unpickler):
     def __init__(self, data: bytes, resolve, previous: pickle._Unpickler | None):
         super().__init__(io.BytesIO(data))
         self._resolve = resolve
-        if previous is not None:
-            self.memo = previous.memo
+        self.memo = previous.memo if previous is not None else ForgettingMemo()
 
     def persistent_load(self, pid):
         return self._resolve(pid)
+
+
+class ForgettingMemo(dict):
+    """A memo that remembers what it forgot: a later object referring to a forgotten entry
+    fails saying which object it needed, not with pickle's bare "memo value not found"."""
+
+    def __init__(self):
+        super().__init__()
+        self.forgotten: dict = {}  # memo key -> why it was forgotten
+
+    def forget(self, key, why: str) -> None:
+        del self[key]
+        self.forgotten[key] = why
+
+    def __missing__(self, key):
+        if key in self.forgotten:
+            raise pickle.UnpicklingError(self.forgotten[key])
+        raise KeyError(key)

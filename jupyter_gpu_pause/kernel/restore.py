@@ -126,11 +126,12 @@ _PLAIN = (
 )
 
 
-def _forget_damaged(memo: dict, before: set) -> None:
+def _forget_damaged(memo, before: set, name: str) -> None:
     torch = sys.modules.get("torch")
     plain = _PLAIN + ((torch.dtype, torch.device) if torch is not None else ())
+    why = f"it refers to {name!r}, which could not be restored"
     for key in [k for k, v in memo.items() if k not in before and not isinstance(v, plain)]:
-        del memo[key]
+        memo.forget(key, why)
 
 
 class _Resolver:
@@ -252,7 +253,7 @@ def _rebuild(doc: dict, resolver: _Resolver, want: set | None = None):
                 resolver.damage = []
                 value = unpickler.load()
                 if resolver.damage:
-                    _forget_damaged(unpickler.memo, before)
+                    _forget_damaged(unpickler.memo, before, name)
                     raise DamagedBlob(resolver.damage[0])
         except Exception as e:
             if _out_of_gpu_memory(e):
@@ -267,7 +268,8 @@ def _rebuild(doc: dict, resolver: _Resolver, want: set | None = None):
 
 
 def _why(e: BaseException) -> str:
-    return str(e) if isinstance(e, DamagedBlob) else f"{type(e).__name__}: {e}"
+    plain = isinstance(e, DamagedBlob) or type(e) is pickle.UnpicklingError
+    return str(e) if plain else f"{type(e).__name__}: {e}"
 
 
 def _older_by(doc: dict, than: dict) -> float | None:
