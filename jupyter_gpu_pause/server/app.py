@@ -52,6 +52,7 @@ from .config import (
 from .handlers import handlers
 from .kernels import KernelBridge
 from .lifecycle import Lifecycle
+from .maintenance import StoreMaintenance
 from .monitor import Monitor
 from .operations import PauseSettings
 from .policy import DEFAULT_POLICIES, PolicyError, parse_policies
@@ -243,6 +244,7 @@ class GpuPauseApp(ExtensionApp):
 
     # The services, built by initialize_settings; None until then (or if building failed).
     lifecycle = None
+    maintenance = None
     monitor = None
     records = None
     _store = None
@@ -311,13 +313,15 @@ class GpuPauseApp(ExtensionApp):
         self._queue_folder = check_queue_url(self.capacity_queue_url)
         # The provider's and the queue's own settings (c.QuotaCapacity.max_sessions…): checked
         # here, by building them once, so a bad value stops the server before it serves.
-        for cls in {self.capacity_provider_class, QuotaCapacity, NvmlCapacity, FolderQueue}:
+        classes = {self.capacity_provider_class, QuotaCapacity, NvmlCapacity, FolderQueue}
+        for cls in classes | {StoreMaintenance}:
             check_known_keys(
                 self.config.get(cls.__name__, {}),
                 set(cls.class_trait_names(config=True)),
                 cls.__name__,
             )
         self.capacity_provider_class(parent=self)
+        StoreMaintenance(parent=self)
         FolderQueue(self._queue_folder, "", "", "", parent=self).close_now()
         if os.environ.get("JUPYTER_TOKEN"):
             self.log.warning(
@@ -391,7 +395,17 @@ class GpuPauseApp(ExtensionApp):
             user=server_user(),
             log=self.log,
         )
-        self.settings.update({"gpu_pause": self.lifecycle, "gpu_pause_monitor": self.monitor})
+        self.maintenance = StoreMaintenance(
+            self.lifecycle, self._store, self._retention, self.gc_grace_seconds, parent=self
+        )
+        self.lifecycle.maintenance = self.maintenance  # retention after pauses, intents
+        self.settings.update(
+            {
+                "gpu_pause": self.lifecycle,
+                "gpu_pause_monitor": self.monitor,
+                "gpu_pause_maintenance": self.maintenance,
+            }
+        )
 
     def _provider_short_name(self) -> str:
         cls = self.capacity_provider_class
@@ -416,11 +430,13 @@ class GpuPauseApp(ExtensionApp):
             )
             return
         self.monitor.start()
+        self.maintenance.start()
 
     async def stop_extension(self):
         """Stop what was built, tolerating what never was: stopping must always finish, or
         jupyter_server never gets to shut the kernels down and exit."""
         for step, what in (
+            (self.maintenance and self.maintenance.stop, "store maintenance"),
             (self.monitor and self.monitor.stop, "the idle monitor"),
             (self.lifecycle and self.lifecycle.stop, "running operations"),
         ):

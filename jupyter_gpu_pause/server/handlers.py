@@ -251,6 +251,22 @@ class ReportHandler(BaseHandler):
         self.send(await self.monitor.report(self.get_query_argument("since", None)))
 
 
+class StoreGcHandler(BaseHandler):
+    """Garbage collection of the store, for administrators: ``{"dry_run": true}`` reports what
+    would be freed, ``{"dry_run": false}`` frees it. No kernel capability reaches it."""
+
+    @api
+    async def post(self):
+        b = self.body({"dry_run": bool})
+        if b.get("dry_run") is None:
+            raise BadRequest(
+                'say whether to delete: {"dry_run": true} reports what would be freed, '
+                '{"dry_run": false} frees it',
+                "bad-field",
+            )
+        self.send(await self.settings["gpu_pause_maintenance"].collect(dry_run=b["dry_run"]))
+
+
 class KernelHandler(BaseHandler):
     """Requests a kernel makes for its own session, proved by its capability header."""
 
@@ -320,6 +336,7 @@ def handlers() -> list[tuple[str, type]]:
         (rf"{base}/capacity", CapacityHandler),
         (rf"{base}/events", EventsHandler),
         (rf"{base}/report", ReportHandler),
+        (rf"{base}/store/gc", StoreGcHandler),
         (rf"{base}/kernel/session", KernelSessionHandler),
         (rf"{base}/kernel/pause", KernelPauseHandler),
         (rf"{base}(?:/.*)?", UnknownHandler),
