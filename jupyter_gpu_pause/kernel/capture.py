@@ -12,15 +12,19 @@ import platform
 import socket
 import sys
 import types
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from ..store import Store, blob_hash
+from ..store import Store
 from ..store.schema import HOOKS_OBJECT
+from ..store.sources import BufferSource, source_hash
 from .pickling import RefTable, dump_segment
 
 IPYTHON_NAMES = frozenset({"In", "Out", "exit", "quit", "get_ipython"})
 MAX_REASON = 500  # characters of an exception's first line kept as the reason of a skip
+# Blobs are hashed, announced (``before_reuse``), looked up and written in batches of at most
+# this many blobs or about this many bytes.
+BATCH_BLOBS = 64
+BATCH_BYTES = 1 << 30
 
 
 class CaptureError(Exception):
@@ -124,80 +128,117 @@ def make_plan(
     return plan
 
 
-def _storage_buffer(untyped):
-    """The bytes of a torch storage as a memoryview, copied to host memory if on a GPU."""
+class DeviceSource:
+    """The bytes of a storage on a GPU (any non-CPU device), copied to host memory one part at
+    a time as the store asks for them, so a pause never holds a whole GPU tensor in host RAM."""
+
+    def __init__(self, untyped):
+        import torch
+
+        self.nbytes = int(untyped.nbytes())
+        self._flat = torch.empty(0, dtype=torch.uint8, device=untyped.device)
+        self._flat.set_(untyped, 0, (self.nbytes,), (1,))
+
+    def chunk(self, offset: int, n: int) -> memoryview:
+        return memoryview(self._flat[offset : offset + n].cpu().numpy())
+
+
+def _storage_source(untyped):
+    """A CPU storage is read in place; another device's through DeviceSource."""
     import torch
 
     if untyped.device.type != "cpu":
-        untyped = untyped.cpu()
+        return DeviceSource(untyped)
     n = untyped.nbytes()
     if n == 0:
-        return memoryview(b"")
+        return BufferSource(b"")
     flat = torch.empty(0, dtype=torch.uint8).set_(untyped, 0, (n,), (1,))
-    return memoryview(flat.numpy())
+    return BufferSource(flat.numpy())
 
 
-def _array_buffer(arr):
+def _array_source(arr):
     import numpy as np
 
-    return memoryview(np.ravel(arr, order="K").view(np.uint8))
+    return BufferSource(np.ravel(arr, order="K").view(np.uint8))
 
 
-def write_plan(plan: Plan, store: Store, progress=None, verify: bool = True) -> dict:
+@dataclass
+class _Blob:
+    """One blob to write: its source, its manifest description, and later its hash."""
+
+    src: object
+    kind: str
+    extra: dict
+    h: str = ""
+
+
+def _batches(blobs: list[_Blob]):
+    """Runs of at most BATCH_BLOBS blobs or about BATCH_BYTES bytes, in order."""
+    batch, size = [], 0
+    for b in blobs:
+        batch.append(b)
+        size += b.src.nbytes
+        if len(batch) >= BATCH_BLOBS or size >= BATCH_BYTES:
+            yield batch
+            batch, size = [], 0
+    if batch:
+        yield batch
+
+
+def write_plan(
+    plan: Plan, store: Store, progress=None, verify: bool = True, before_reuse=None
+) -> dict:
     """Write every blob of the plan (skipping those already stored) and describe them.
 
-    ``verify`` re-reads each newly written blob and checks its hash, so a bad disk or a torn
-    upload is caught while the kernel, and so the state, still exists.
+    Blobs go in batches (``_batches``): hash the batch, tell ``before_reuse(hashes)`` which
+    blobs the checkpoint will reference (garbage collection must then keep them) and only then
+    ask the store which of them it already has: those are not written again. ``verify``
+    re-reads each newly written blob and checks it, so a bad disk or a torn upload is caught
+    while the kernel, and so the state, still exists.
+
+    An interrupt (the server cancelling the pause) ends this at once: requests in flight are
+    cancelled and nothing waits for a store that does not answer. The namespace is only read.
     """
     total = plan.total_bytes
-    done = 0
-    blobs: dict = {}
-    new_bytes = 0
+    blobs, pickle_meta = _blobs_of(plan)
+    described: dict = {}
+    seen: set = set()
+    done = new_bytes = 0
 
-    # Read-back checks run in one worker thread, overlapping the next blob's write; all of
-    # them finish before this function returns, so before the manifest can be written.
-    checks = ThreadPoolExecutor(max_workers=1) if verify else None
-    pending = []
-
-    def put(buf, kind, extra):
-        nonlocal done, new_bytes
-        n = buf.nbytes
-        h = blob_hash(buf)
-        h, written = store.put_blob(buf, h)
-        if written:
-            new_bytes += n
-            if checks:
-                pending.append(checks.submit(store.verify_blob, h, n))
-        blobs.setdefault(h, {"bytes": n, "kind": kind, **extra})
-        done += n
+    def report(n: int) -> None:
         if progress:
-            progress("writing", done, total)
-        return h
+            progress("writing", n, total)
 
-    try:
-        result = _write_all_blobs(plan, put)
-        for f in pending:
-            f.result()  # raises the first IntegrityError/StoreError
-    finally:
-        if checks:
-            checks.shutdown(wait=True, cancel_futures=True)
-    result.update(blobs=blobs, new_bytes=new_bytes)
-    return result
+    for batch in _batches(blobs):
+        for b in batch:
+            b.h = source_hash(b.src)
+        fresh = list(dict.fromkeys(b.h for b in batch if b.h not in seen))
+        if before_reuse is not None and fresh:
+            before_reuse(fresh)
+        stored = store.blob_sizes(fresh)
+        todo = {}
+        for b in batch:
+            described.setdefault(b.h, {"bytes": b.src.nbytes, "kind": b.kind, **b.extra})
+            if b.h not in seen and stored.get(b.h) != b.src.nbytes:
+                todo.setdefault(b.h, b.src)
+            seen.add(b.h)
+        base = done + sum(b.src.nbytes for b in batch) - sum(s.nbytes for s in todo.values())
+        store.write_blobs(list(todo.items()), verify=verify, sent=lambda n, b=base: report(b + n))
+        done += sum(b.src.nbytes for b in batch)
+        new_bytes += sum(s.nbytes for s in todo.values())
+        report(done)
+    return _describe(plan, blobs, pickle_meta, described, new_bytes)
 
 
-def _write_all_blobs(plan: Plan, put) -> dict:
+def _blobs_of(plan: Plan) -> tuple[list[_Blob], dict]:
+    """Every blob of the plan in manifest order: storages, arrays, then the pickle stream."""
     import_np = sys.modules.get("numpy")
-    storages = []
+    blobs = []
     for s in plan.refs.storages:
-        device = str(s.device)
-        h = put(_storage_buffer(s), "tensor", {"device": device})
-        storages.append({"blob": h, "nbytes": int(s.nbytes()), "device": device})
-    arrays = []
+        blobs.append(_Blob(_storage_source(s), "tensor", {"device": str(s.device)}))
     for a in plan.refs.arrays:
         descr = import_np.lib.format.dtype_to_descr(a.dtype)
-        h = put(_array_buffer(a), "buffer", {"dtype": descr})
-        order = "F" if a.flags.f_contiguous and not a.flags.c_contiguous else "C"
-        arrays.append({"blob": h, "dtype": descr, "shape": list(a.shape), "order": order})
+        blobs.append(_Blob(_array_source(a), "buffer", {"dtype": descr}))
     offset = 0
     for obj, seg in zip(
         [o for o in plan.objects if o["kind"] != "module"], plan.segments, strict=True
@@ -205,13 +246,29 @@ def _write_all_blobs(plan: Plan, put) -> dict:
         obj["offset"], obj["length"] = offset, len(seg)
         offset += len(seg)
     stream = b"".join(plan.segments)
-    pickle_blob = put(memoryview(stream), "pickle", {})
+    blobs.append(_Blob(BufferSource(stream), "pickle", {}))
+    return blobs, {"bytes": len(stream)}
+
+
+def _describe(plan: Plan, blobs: list[_Blob], pickle_meta: dict, described, new_bytes) -> dict:
+    storages = [
+        {"blob": b.h, "nbytes": b.src.nbytes, "device": b.extra["device"]}
+        for b in blobs
+        if b.kind == "tensor"
+    ]
+    arrays = []
+    for a, b in zip(plan.refs.arrays, [b for b in blobs if b.kind == "buffer"], strict=True):
+        order = "F" if a.flags.f_contiguous and not a.flags.c_contiguous else "C"
+        shape = list(a.shape)
+        arrays.append({"blob": b.h, "dtype": b.extra["dtype"], "shape": shape, "order": order})
     return {
         "objects": plan.objects,
         "skipped": plan.skipped,
         "storages": storages,
         "arrays": arrays,
-        "pickle": {"blob": pickle_blob, "bytes": len(stream)},
+        "pickle": {"blob": blobs[-1].h, **pickle_meta},
+        "blobs": described,
+        "new_bytes": new_bytes,
     }
 
 

@@ -1,26 +1,33 @@
-"""Store I/O through fsspec, with a local-disk fast path that is atomic and durable.
+"""Store I/O through fsspec: a local-disk path that is atomic and durable, and bounded requests
+to object stores, with S3 blobs streamed in parallel parts.
 
 Blobs are immutable and content-addressed, so a writer never overwrites: if the name exists the
 bytes are already there. On a local disk every file is written under a temporary name, fsync'd and
-renamed, then its directory is fsync'd; on object stores one PUT is atomic by itself.
+renamed, then its directory is fsync'd; on object stores one PUT, or one completed multipart
+upload, is atomic by itself.
+
+Every request to a remote store is bounded (``bounded``): ``timeout`` seconds per attempt,
+``bounded.ATTEMPTS`` attempts with backoff, then a StoreError naming the path and the store's
+error. Errors a caller must tell apart stay what they are: FileNotFoundError for a missing
+object, IntegrityError for bytes that do not match their name.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import posixpath
-import secrets
+from concurrent.futures import ThreadPoolExecutor
 
 import fsspec
 
+from . import local
+from .bounded import ATTEMPTS, POLL, attempts, call_bound, describe, retryable, run
 from .format import blob_path, is_checkpoint_id, is_session_id, manifest_path, session_dir
 from .integrity import IntegrityError, StreamingHash, blob_hash
-from .private import private_makedirs
+from .sources import as_source
+from .transfer import PART, PartMismatch, S3Transfer, SizeMismatch, ranges
 
-_CHUNK = 64 * 1024 * 1024
-_VERIFY_CHUNK = 1024 * 1024
+S3_PROTOCOLS = ("s3", "s3a")
 
 
 def _manifest_id(entry: dict) -> str | None:
@@ -36,19 +43,23 @@ class StoreError(Exception):
     """The store could not be read or written; the message says which path and why."""
 
 
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+def s3_options(options: dict, timeout: float) -> dict:
+    """s3fs options with botocore's limits derived from ``timeout``.
 
-
-def _write_all(fd: int, data) -> None:
-    view = memoryview(data).cast("B")
-    while view:
-        n = os.write(fd, view[:_CHUNK])
-        view = view[n:]
+    botocore's connect and read timeouts default to ``timeout`` and its own retries are off
+    (``bounded.attempts`` retries, with a limit per attempt that also covers a stalled upload).
+    Whatever the admin set in ``config_kwargs`` wins over these defaults; an attempt still never
+    outlives ``timeout``.
+    """
+    slots = int(options.get("max_concurrency") or 10)
+    config = {
+        "connect_timeout": timeout,
+        "read_timeout": timeout,
+        "retries": {"total_max_attempts": 1},
+        "max_pool_connections": max(10, slots),
+    }
+    config.update(options.get("config_kwargs") or {})
+    return {**options, "config_kwargs": config}
 
 
 class Store:
@@ -56,73 +67,213 @@ class Store:
 
     def __init__(self, url: str, options: dict | None = None, timeout: float = 30.0):
         self.url = str(url)
-        self.timeout = float(timeout)  # seconds per request (GpuPauseApp.store_timeout)
-        self.fs, root = fsspec.core.url_to_fs(self.url, **(options or {}))
+        self.timeout = float(timeout)  # seconds per request attempt (GpuPauseApp.store_timeout)
+        self.bound = call_bound(self.timeout)  # seconds one request may take, retries included
+        options = dict(options or {})
+        self.protocol = fsspec.core.split_protocol(self.url)[0] or "file"
+        if self.protocol in S3_PROTOCOLS:
+            options = s3_options(options, self.timeout)
+        self.fs, root = fsspec.core.url_to_fs(self.url, **options)
         self.root = root.rstrip("/")
         self.local = "file" in (
             self.fs.protocol if isinstance(self.fs.protocol, tuple) else (self.fs.protocol,)
         )
+        self.remote_async = not self.local and bool(getattr(self.fs, "async_impl", False))
+        self._s3 = None
+        if self.protocol in S3_PROTOCOLS and hasattr(self.fs, "_call_s3"):
+            self.fs.retries = 1  # one try per s3fs call: our attempts retry, each one bounded
+            self._s3 = S3Transfer(self.fs, self.timeout)
+        self.endpoint = getattr(self.fs, "endpoint_url", None) or (
+            getattr(self.fs, "client_kwargs", None) or {}
+        ).get("endpoint_url")
 
     def _p(self, rel: str) -> str:
         return posixpath.join(self.root, rel) if self.root else rel
 
-    def _wrap(self, what: str, path: str, exc: Exception) -> StoreError:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        return StoreError(f"could not {what} {path}: {reason}")
+    def _shown(self, path: str) -> str:
+        return path if self.local or "://" in path else f"{self.protocol}://{path}"
 
-    # -- writing -----------------------------------------------------------------------------
-    def _atomic_write(self, rel: str, data) -> None:
-        path = self._p(rel)
+    def _wrap(self, what: str, path: str, exc: BaseException) -> StoreError:
+        reason = describe(exc)
+        if not self.local and retryable(exc):
+            reason += f" ({ATTEMPTS} attempts"
+            reason += f", endpoint {self.endpoint})" if self.endpoint else ")"
+        return StoreError(f"could not {what} {self._shown(path)}: {reason}")
+
+    # -- bounded remote calls ------------------------------------------------------------------
+    def _run(self, what: str, path: str, coro, limit: float | None = None, on_poll=None):
+        """Wait for ``coro`` on fsspec's loop; FileNotFoundError passes, the rest is a
+        StoreError. The wait gives up once nothing has moved for longer than a request may
+        take (``limit`` per attempt): S3 transfers count every piece they move."""
+        stalled = call_bound(limit or self.timeout) + 2 * POLL
+        progress = (lambda: self._s3.ticks) if self._s3 is not None else None
         try:
-            if not self.local:
-                self.fs.pipe_file(path, bytes(data) if not isinstance(data, bytes) else data)
-                return
-            d = os.path.dirname(path)
-            private_makedirs(d)
-            tmp = f"{path}.tmp-{secrets.token_hex(6)}"
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            try:
-                try:
-                    _write_all(fd, data)
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-                os.replace(tmp, path)
-            except BaseException:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(tmp)
-                raise
-            _fsync_dir(d)
-        except StoreError:
+            return run(self.fs.loop, coro, stalled=stalled, progress=progress, on_poll=on_poll)
+        except (FileNotFoundError, IntegrityError, StoreError, SizeMismatch, PartMismatch):
             raise
         except Exception as e:
-            raise self._wrap("write", path, e) from e
+            raise self._wrap(what, path, e) from e
 
+    def call(self, what: str, path: str, op: str, *args, timeout: float | None = None, **kw):
+        """Run ``fs.<op>(*args, **kw)`` as one bounded store request, for any code that needs
+        an fsspec operation the methods below do not offer (GC's listings, its lease objects).
+
+        On async stores (S3, GCS, Azure, HTTP) each attempt is cut at ``timeout`` (default
+        ``store_timeout``) and retried ``ATTEMPTS`` times with backoff; on local and other sync
+        filesystems it is a plain call. ``what`` and ``path`` name the request in the error:
+        FileNotFoundError passes as it is, any other failure is a StoreError.
+        """
+        if not self.remote_async:
+            try:
+                return getattr(self.fs, op)(*args, **kw)
+            except FileNotFoundError:
+                raise
+            except Exception as e:
+                raise self._wrap(what, path, e) from e
+        method = getattr(self.fs, f"_{op}")
+        limit = timeout or self.timeout
+        return self._run(what, path, attempts(lambda: method(*args, **kw), limit), limit)
+
+    def _limit(self, nbytes: int) -> float:
+        """The limit of one attempt carrying ``nbytes`` in one request (generic stores)."""
+        return self.timeout * max(1, -(-nbytes // PART))
+
+    # -- writing -----------------------------------------------------------------------------
     def blob_size(self, h: str) -> int | None:
         """Size of a stored blob, or None when it is not there."""
-        path = self._p(blob_path(h))
-        try:
-            if self.local:
-                return os.stat(path).st_size
-            return int(self.fs.info(path)["size"])
-        except FileNotFoundError:
-            return None
-        except Exception as e:
-            raise self._wrap("stat", path, e) from e
+        return self.blob_sizes([h])[h]
+
+    def blob_sizes(self, hashes: list[str]) -> dict[str, int | None]:
+        """Sizes of stored blobs (None: not there), asked for all at once on S3."""
+        paths = {h: self._p(blob_path(h)) for h in hashes}
+        if self._s3 is not None and paths:
+
+            async def sizes():
+                from .transfer import all_or_nothing
+
+                return await all_or_nothing(self._s3.size(p) for p in paths.values())
+
+            first = next(iter(paths.values()))
+            return dict(zip(paths, self._run("stat", first, sizes()), strict=True))
+        out = {}
+        for h, path in paths.items():
+            try:
+                out[h] = local.size(path) if self.local else self._info_size(path)
+            except FileNotFoundError:
+                out[h] = None
+            except StoreError:
+                raise
+            except Exception as e:
+                raise self._wrap("stat", path, e) from e
+        return out
+
+    def _info_size(self, path: str) -> int:
+        self.fs.invalidate_cache(path)
+        return int(self.call("stat", path, "info", path)["size"])
 
     def put_blob(self, data, h: str | None = None) -> tuple[str, bool]:
         """Store bytes under their hash; returns (hash, written). Existing blobs are reused."""
         h = h or blob_hash(data)
-        size = memoryview(data).nbytes
-        if self.blob_size(h) == size:
+        path = self._p(blob_path(h))
+        try:
+            src = as_source(data)
+        except (TypeError, ValueError, BufferError) as e:  # not one run of bytes
+            raise self._wrap("write", path, e) from e
+        if self.blob_size(h) == src.nbytes:
             return h, False
-        self._atomic_write(blob_path(h), data)
+        self.write_blobs([(h, src)])
         return h, True
+
+    def write_blobs(self, items: list, verify: bool = False, sent=None) -> None:
+        """Write blobs ``[(hash, source)]`` the store does not have, and with ``verify`` read
+        each one back and check it before returning.
+
+        On S3 the blobs and their parts go up in parallel, straight from the sources' memory;
+        on a local disk they are written one after another while a second thread re-reads the
+        previous one. ``sent(bytes_so_far)`` is called from this thread only (a kernel's
+        progress messages must come from its main thread). An interrupt stops at once: nothing
+        waits for requests in flight, which are cancelled (S3 uploads are aborted).
+        """
+        if not items:
+            return
+        if self._s3 is not None:
+            return self._write_s3(items, verify, sent)
+        checks = ThreadPoolExecutor(max_workers=1) if verify else None
+        pending = []
+        done = 0
+        try:
+            for h, src in items:
+                rel = blob_path(h)
+                if self.local:
+                    try:
+                        local.atomic_write(self._p(rel), src)
+                    except Exception as e:
+                        raise self._wrap("write", self._p(rel), e) from e
+                else:
+                    self._put_whole(rel, src)
+                done += src.nbytes
+                if checks:
+                    pending.append(checks.submit(self.verify_blob, h, src.nbytes))
+                if sent:
+                    sent(done)
+            for f in pending:
+                f.result()  # the first IntegrityError/StoreError
+        finally:
+            if checks:  # after an error or an interrupt, do not wait for a check in flight
+                checks.shutdown(wait=False, cancel_futures=True)
+
+    def _put_whole(self, rel: str, src) -> None:
+        """A generic remote store: the blob in one request (its one copy in memory)."""
+        path = self._p(rel)
+        data = bytes(src.chunk(0, src.nbytes))
+        self.call("write", path, "pipe_file", path, data, timeout=self._limit(len(data)))
+
+    def _write_s3(self, items: list, verify: bool, sent) -> None:
+        count = [0]
+
+        def add(n: int) -> None:
+            count[0] += n  # on the loop thread only
+
+        async def one(h, src):
+            path = self._p(blob_path(h))
+            try:
+                await self._s3.put(path, src, add)
+                if verify:
+                    await self._s3.check(path, src)
+            except SizeMismatch as e:
+                raise IntegrityError(f"blob {h} was written but {e}", "blob-size") from e
+            except PartMismatch as e:
+                raise IntegrityError(
+                    f"blob {h} does not read back as written: {e}", "blob-hash"
+                ) from e
+            except FileNotFoundError as e:
+                raise IntegrityError(f"blob {h} is missing after its upload", "blob-missing") from e
+            except IntegrityError:
+                raise
+            except Exception as e:
+                raise self._wrap("write", path, e) from e
+
+        async def every():
+            from .transfer import all_or_nothing
+
+            await all_or_nothing(one(h, src) for h, src in items)
+
+        report = (lambda: sent(count[0])) if sent else None
+        self._run("write", self._p(blob_path(items[0][0])), every(), on_poll=report)
+        if sent:
+            sent(count[0])
 
     def write_manifest(self, doc: dict) -> None:
         """Write a signed manifest; the last write of a checkpoint, after all of its blobs."""
-        rel = manifest_path(doc["session_id"], doc["checkpoint_id"])
-        self._atomic_write(rel, json.dumps(doc, indent=1, sort_keys=True).encode())
+        path = self._p(manifest_path(doc["session_id"], doc["checkpoint_id"]))
+        data = json.dumps(doc, indent=1, sort_keys=True).encode()
+        if self.local:
+            try:
+                local.atomic_write(path, as_source(data))
+            except Exception as e:
+                raise self._wrap("write", path, e) from e
+            return
+        self.call("write", path, "pipe_file", path, data)
 
     # -- reading -----------------------------------------------------------------------------
     def read_blob_into(self, h: str, out) -> None:
@@ -132,60 +283,74 @@ class Store:
         """
         path = self._p(blob_path(h))
         view = memoryview(out).cast("B")
-        hasher = StreamingHash()
         try:
-            with open(path, "rb", buffering=0) if self.local else self.fs.open(path, "rb") as f:
-                pos = 0
-                while pos < view.nbytes:
-                    n = f.readinto(view[pos : pos + _CHUNK])
-                    if not n:
-                        break
-                    hasher.update(view[pos : pos + n])
-                    pos += n
-                extra = f.read(1)
+            if self.local:
+                digest = local.read_into(path, view)
+            elif self._s3 is not None:
+                self._run("read", path, self._s3.read_into(path, view, lambda n: None))
+                digest = blob_hash(view)  # parts arrive out of order: hash the final buffer
+            else:
+                digest = self._read_ranges(path, view)
         except FileNotFoundError as e:
             raise IntegrityError(f"blob {h} is missing from the store", "blob-missing") from e
-        except Exception as e:
-            raise self._wrap("read", path, e) from e
-        if pos != view.nbytes or extra:
+        except (SizeMismatch, local.SizeMismatch) as e:
             raise IntegrityError(
                 f"blob {h} has the wrong size (expected {view.nbytes} bytes)", "blob-size"
-            )
-        if hasher.hexdigest() != h:
+            ) from e
+        except (StoreError, IntegrityError):
+            raise
+        except Exception as e:
+            raise self._wrap("read", path, e) from e
+        if digest != h:
             raise IntegrityError(f"blob {h} does not match its checksum", "blob-hash")
 
-    def verify_blob(self, h: str, size: int) -> None:
-        """Re-read a blob and check its size and hash without keeping it.
-
-        Reads into one small reused buffer: allocating fresh chunks would cost more than the
-        read itself on a warm page cache.
-        """
-        path = self._p(blob_path(h))
+    def _read_ranges(self, path: str, view: memoryview) -> str:
+        """A generic store: the blob in ranged reads of PART bytes, each one bounded."""
+        size = self._info_size(path)
+        if size != view.nbytes:
+            raise local.SizeMismatch(size)
         hasher = StreamingHash()
-        buf = bytearray(_VERIFY_CHUNK)
-        view = memoryview(buf)
-        total = 0
+        for off, n in ranges(size, PART):
+            piece = self.call("read", path, "cat_file", path, start=off, end=off + n)
+            if len(piece) != n:
+                raise local.SizeMismatch(off + len(piece))
+            view[off : off + n] = piece
+            hasher.update(view[off : off + n])
+        return hasher.hexdigest()
+
+    def verify_blob(self, h: str, size: int) -> None:
+        """Re-read a blob and check its size and hash without keeping it."""
+        path = self._p(blob_path(h))
         try:
-            with open(path, "rb", buffering=0) if self.local else self.fs.open(path, "rb") as f:
-                while n := f.readinto(buf):
-                    hasher.update(view[:n])
-                    total += n
+            if self.local:
+                total, digest = local.digest(path)
+            elif self._s3 is not None:
+                total, digest = size, self._run("read", path, self._s3.digest(path, size))
+            else:
+                total, digest = size, self._read_ranges(path, memoryview(bytearray(size)))
         except FileNotFoundError as e:
             raise IntegrityError(f"blob {h} is missing from the store", "blob-missing") from e
+        except (SizeMismatch, local.SizeMismatch) as e:
+            raise IntegrityError(
+                f"blob {h} has {e.size} bytes, expected {size}", "blob-size"
+            ) from e
+        except (StoreError, IntegrityError):
+            raise
         except Exception as e:
             raise self._wrap("read", path, e) from e
         if total != size:
             raise IntegrityError(f"blob {h} has {total} bytes, expected {size}", "blob-size")
-        if hasher.hexdigest() != h:
+        if digest != h:
             raise IntegrityError(f"blob {h} does not match its checksum", "blob-hash")
 
     def read_manifest(self, session_id: str, checkpoint_id: str) -> dict:
         path = self._p(manifest_path(session_id, checkpoint_id))
         try:
-            with self.fs.open(path, "rb") as f:
-                raw = f.read()
+            raw = local.read(path) if self.local else self.call("read", path, "cat_file", path)
         except FileNotFoundError as e:
             raise IntegrityError(f"checkpoint {checkpoint_id} has no manifest", "manifest") from e
+        except StoreError:
+            raise
         except Exception as e:
             raise self._wrap("read", path, e) from e
         try:
@@ -198,6 +363,12 @@ class Store:
             raise IntegrityError(f"the manifest of {checkpoint_id} is not an object", "manifest")
         return doc
 
+    def _ls(self, path: str) -> list[dict]:
+        """A fresh listing (never fsspec's cache: another server may have written since)."""
+        if not self.local:
+            self.fs.invalidate_cache(path)
+        return self.call("list", path, "ls", path, detail=True)
+
     def list_checkpoints(self, session_id: str) -> list[str]:
         """Checkpoint ids of a session with a manifest, oldest first.
 
@@ -206,22 +377,18 @@ class Store:
         """
         d = self._p(session_dir(session_id))
         try:
-            entries = self.fs.ls(d, detail=True)
+            entries = self._ls(d)
         except (FileNotFoundError, NotADirectoryError):
             return []
-        except Exception as e:
-            raise self._wrap("list", d, e) from e
         return sorted(i for i in map(_manifest_id, entries) if i)
 
     def session_ids(self) -> list[str]:
         """Ids of the sessions with a folder in the store (checkpoints or not), sorted."""
         top = self._p("v1/sessions")
         try:
-            entries = self.fs.ls(top, detail=True)
+            entries = self._ls(top)
         except (FileNotFoundError, NotADirectoryError):
             return []
-        except Exception as e:
-            raise self._wrap("list", top, e) from e
         names = (posixpath.basename(e["name"].rstrip("/")) for e in entries)
         return sorted(n for n in names if is_session_id(n))
 
@@ -229,18 +396,14 @@ class Store:
         """Whether any session has a checkpoint in this store (stops at the first one found)."""
         top = self._p("v1/sessions")
         try:
-            folders = self.fs.ls(top, detail=False)
+            folders = [e["name"] for e in self._ls(top)]
         except (FileNotFoundError, NotADirectoryError):
             return False
-        except Exception as e:
-            raise self._wrap("list", top, e) from e
         for folder in folders:
             try:
-                names = self.fs.ls(folder, detail=True)
+                names = self._ls(folder)
             except (FileNotFoundError, NotADirectoryError):
                 continue
-            except Exception as e:
-                raise self._wrap("list", folder, e) from e
             if any(map(_manifest_id, names)):
                 return True
         return False
@@ -248,8 +411,6 @@ class Store:
     def delete_manifest(self, session_id: str, checkpoint_id: str) -> None:
         path = self._p(manifest_path(session_id, checkpoint_id))
         try:
-            self.fs.rm_file(path)
+            self.call("delete", path, "rm_file", path)
         except FileNotFoundError:
             pass
-        except Exception as e:
-            raise self._wrap("delete", path, e) from e
