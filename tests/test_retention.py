@@ -334,3 +334,43 @@ async def test_a_resume_in_flight_keeps_every_checkpoint_it_may_read(lab, store_
     assert (await lab.api("POST", f"sessions/{sid}/cancel"))[0] == 200
     assert (await lab.wait_state(sid, ("paused",)))["state"] == "paused"
     assert [d.checkpoint_id for d in await maintenance(lab).apply_retention()] == [older]
+
+
+# (id, jupyter_server_config.py, words the refusal must contain)
+BAD_MAINTENANCE = [
+    (
+        "negative-interval",
+        "c.StoreMaintenance.interval = -1",
+        ["StoreMaintenance.interval = -1", ">= 0"],
+    ),
+    (
+        "zero-lease",
+        "c.StoreMaintenance.lease_seconds = 0",
+        ["StoreMaintenance.lease_seconds = 0", "more than 0"],
+    ),
+    (
+        "misspelt-setting",
+        "c.StoreMaintenance.intervall = 60",
+        ["StoreMaintenance.intervall is not a setting", "did you mean 'interval'"],
+    ),
+    (
+        "wrong-type",
+        "c.StoreMaintenance.interval = 'hourly'",
+        ["StoreMaintenance.interval = 'hourly'", "expected a float"],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("config", "words"), [c[1:] for c in BAD_MAINTENANCE], ids=[c[0] for c in BAD_MAINTENANCE]
+)
+def test_a_bad_maintenance_setting_stops_the_server_naming_it(tmp_path, config, words):
+    from tests.servers import Server
+
+    server = Server(tmp_path, config=config)
+    server.launch()
+    assert server.exit_status() != 0
+    log = server.log_tail()
+    assert "jupyter_gpu_pause: bad configuration" in log, log
+    for w in words:
+        assert w in log, log

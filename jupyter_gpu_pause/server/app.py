@@ -277,21 +277,22 @@ class GpuPauseApp(ExtensionApp):
         raise SystemExit(message)
 
     def _trait_error(self, e: TraitError) -> str:
-        """Traitlets' message, led by ``GpuPauseApp.<trait> = <value>`` when it names one."""
+        """Traitlets' message, led by ``<Class>.<trait> = <value>`` when it names one (this
+        app's traits, or those of a class it configures: QuotaCapacity, StoreMaintenance…)."""
         text = str(e)
-        m = re.search(r"The '(\w+)' trait of .*? instance ", text)
+        m = re.search(r"The '(\w+)' trait of .*?(\w+)(?: object at 0x[0-9a-f]+>)? instance ", text)
         if m is None:
             return text
-        name = m.group(1)
+        name, owner = m.group(1), m.group(2)
         value = ""
         for config in (self.config, getattr(self.serverapp, "config", None) or {}):
-            section = config.get(type(self).__name__, {})
+            section = config.get(owner, {})
             if name in section:
                 raw = section[name]
                 raw = str(raw) if isinstance(raw, str) else raw  # a command-line value is deferred
                 value = f" = {raw!r}"
                 break
-        return f"GpuPauseApp.{name}{value}: {text[m.end() :]}"
+        return f"{owner}.{name}{value}: {text[m.end() :]}"
 
     def _check_configuration(self) -> None:
         check_known_keys(
