@@ -548,11 +548,27 @@ async def paused_notebook(lab) -> dict:
     return paused
 
 
+@pytest.fixture
+def backend() -> str:
+    """Where the test server's store is: "local" (a folder), or "s3" (moto's server)."""
+    return "local"
+
+
+@pytest.fixture
+def gp_config(gp_config, backend, request):
+    if backend == "s3":
+        s3 = request.getfixturevalue("s3")
+        gp_config["store_url"] = f"s3://{BUCKET}/{PREFIX}"
+        gp_config["store_options"] = {"endpoint_url": s3.endpoint, "skip_instance_cache": True}
+    return gp_config
+
+
+@pytest.mark.parametrize("backend", ["local", "s3"])
 @pytest.mark.gp_config(gc_grace_seconds=0)
-async def test_the_endpoint_reports_on_a_dry_run_and_frees_on_a_real_one(lab, store_dir):
+async def test_the_endpoint_reports_on_a_dry_run_and_frees_on_a_real_one(lab, backend):
     # Given a paused session and two blobs nothing references
     paused = await paused_notebook(lab)
-    store = Store(str(store_dir))
+    store = lab.app.web_app.settings["gpu_pause_maintenance"].store  # the server's own store
     strays = {orphan(store, 1), orphan(store, 2)}
     before = stored(store)
     # When an admin asks for a dry run
