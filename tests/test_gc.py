@@ -9,6 +9,7 @@ deterministic with ``gc``'s ``phase`` callback, never with sleeps.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import os
 import threading
@@ -735,3 +736,20 @@ def test_gc_on_one_server_while_another_pauses_reusing_old_blobs(tmp_path):
     finally:
         a.stop()
         b.stop()
+
+
+async def test_stopping_the_server_never_leaves_its_gc_lock_behind(store_dir):
+    from jupyter_gpu_pause.server.maintenance import StoreMaintenance
+
+    # Given a server's maintenance collecting garbage in a store with many blobs
+    store = Store(str(store_dir))
+    for seed in range(40):
+        orphan(store, seed)
+    m = StoreMaintenance(store=store, grace_seconds=0)
+    running = asyncio.ensure_future(m.collect(dry_run=False))
+    await asyncio.sleep(0)  # the collection has started
+    # When the server stops
+    await asyncio.wait_for(m.stop(), 10)
+    # Then the collection has ended (done, or stopped at its next step) and the lock is gone
+    await asyncio.gather(running, return_exceptions=True)
+    assert read_lock(store) is None

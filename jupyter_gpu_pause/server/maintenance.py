@@ -30,6 +30,11 @@ from .model import RUNNING, Session
 from .traits import not_negative
 
 FIRST_PASS = 60.0  # seconds after start of the first scheduled pass (at most ``interval``)
+STOP_WAIT = 5.0  # seconds a stopping server gives a running collection to let go of its lock
+
+
+class Stopping(Exception):
+    """The server is stopping: a running collection ends at its next step, releasing its lock."""
 
 
 class StoreMaintenance(LoggingConfigurable):
@@ -85,6 +90,8 @@ class StoreMaintenance(LoggingConfigurable):
         self._pending: set[asyncio.Task] = set()
         self._retaining = asyncio.Lock()
         self._manifests: dict[str, tuple[bool, dict]] = {}  # path -> (signed and sound, blobs)
+        self._stopping = threading.Event()
+        self._collections: set[threading.Thread] = set()
         self.passes = 0
 
     # -- running ------------------------------------------------------------------------------
@@ -93,11 +100,24 @@ class StoreMaintenance(LoggingConfigurable):
             self._task = asyncio.ensure_future(self._schedule())
 
     async def stop(self) -> None:
-        """Cancel the schedule and waiting passes; never waits on the store."""
+        """Cancel the schedule and waiting passes. A collection in progress stops at its next
+        step and releases the store's lock (other servers' pauses wait while it is held); it
+        is given ``STOP_WAIT`` seconds, never more: a hung store does not hold up the exit."""
+        self._stopping.set()
         tasks = [t for t in (self._task, *self._pending) if t is not None]
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        end = asyncio.get_running_loop().time() + STOP_WAIT
+        while any(t.is_alive() for t in self._collections):
+            if asyncio.get_running_loop().time() > end:
+                self.log.warning(
+                    "jupyter_gpu_pause: a garbage collection is still running; its lock on the "
+                    "store expires after %.0f s",
+                    self.lease_seconds,
+                )
+                break
+            await asyncio.sleep(0.05)
 
     async def _schedule(self) -> None:
         await asyncio.sleep(min(self.interval, FIRST_PASS))
@@ -164,6 +184,8 @@ class StoreMaintenance(LoggingConfigurable):
                 dry_run=dry_run,
                 grace_seconds=self.grace_seconds,
                 lease_seconds=self.lease_seconds,
+                phase=self._phase,
+                _track=self._collections,
             )
         except GcBusy as e:
             raise WrongState(str(e), "gc-running") from None
@@ -171,7 +193,15 @@ class StoreMaintenance(LoggingConfigurable):
             raise GpuPauseError(
                 f"garbage collection failed; nothing more was deleted: {e}", "store"
             ) from e
+        except Stopping:
+            raise WrongState(
+                "the server is stopping; nothing more was deleted", "stopping"
+            ) from None
         return report.as_dict()
+
+    def _phase(self, name: str) -> None:
+        if self._stopping.is_set():
+            raise Stopping(name)
 
     # -- retention ------------------------------------------------------------------------------
     async def apply_retention(self) -> list[Deletion]:
@@ -261,21 +291,30 @@ def _summary(doc, signer) -> tuple[bool, dict]:
     return True, refs
 
 
-async def _in_thread(fn, *args, **kwargs):
+async def _in_thread(fn, *args, _track: set | None = None, **kwargs):
     """Run blocking store I/O in a daemon thread: a hung store never holds up the server's
-    exit (the default executor's threads are joined at exit)."""
+    exit (the default executor's threads are joined at exit). ``_track`` holds the thread
+    while it runs."""
     loop = asyncio.get_running_loop()
     done = loop.create_future()
 
     def run():
         try:
-            result = fn(*args, **kwargs)
+            outcome = (fn(*args, **kwargs), None)
         except BaseException as e:  # handed to the awaiting task
-            loop.call_soon_threadsafe(_settle, done, None, e)
-        else:
-            loop.call_soon_threadsafe(_settle, done, result, None)
+            outcome = (None, e)
+        finally:
+            if _track is not None:
+                _track.discard(threading.current_thread())
+        try:
+            loop.call_soon_threadsafe(_settle, done, *outcome)
+        except RuntimeError:
+            pass  # the loop is closed: the server has stopped, nobody waits for this
 
-    threading.Thread(target=run, name="gpu-pause-maintenance", daemon=True).start()
+    thread = threading.Thread(target=run, name="gpu-pause-maintenance", daemon=True)
+    if _track is not None:
+        _track.add(thread)
+    thread.start()
     return await done
 
 
