@@ -248,6 +248,8 @@ def acquire(store: Store, lease_seconds: float = DEFAULT_LEASE, holder: str | No
         held = read_lock(store)
         if held is None:
             continue  # released between our attempt and our look: try again
+        if held.token == token:  # our PUT went through, and its retry found it there
+            return Lease(token, float(lease_seconds), held.mtime, started)
         now = store_now(store)
         if now - held.mtime <= held.lease_seconds + RESOLUTION:
             raise GcBusy(
