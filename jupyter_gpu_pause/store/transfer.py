@@ -26,7 +26,7 @@ MIB = 1024 * 1024
 PART = 8 * MIB  # bytes per uploaded part; S3 wants at least 5 MiB but for the last
 MAX_PARTS = 10_000  # S3's limit on the parts of one upload
 MAX_SPAN = 64 * MIB  # largest ranged GET (a blob is read in about one GET per slot)
-STREAM = 64 * 1024  # most bytes taken from a response body at a time (small: see sources.READ)
+STREAM = 256 * 1024  # most bytes taken from a response body at a time (see sources.READ)
 WINDOW = 4  # parts a sequential digest fetches ahead (memory: WINDOW * PART)
 
 _background: set = set()  # aborts still running; asyncio keeps only weak references to tasks
