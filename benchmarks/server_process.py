@@ -45,10 +45,12 @@ def parse_time(text: str) -> datetime:
 
 
 class JupyterServer:
-    """One ``jupyter server`` subprocess; ``config``: its ``jupyter_server_config.py`` text."""
+    """One ``jupyter server`` subprocess; ``config``: its ``jupyter_server_config.py`` text;
+    ``store_url``: its store (default: a folder of its own), on the command line as the rest."""
 
-    def __init__(self, tmp: Path, config: str, label: str = "server"):
+    def __init__(self, tmp: Path, config: str, label: str = "server", store_url: str = ""):
         self.tmp, self.label = tmp, label
+        self.store_url = store_url or str(tmp / "store")
         self.runtime = tmp / "runtime"
         for d in (tmp / "root", self.runtime, tmp / "data", tmp / "config", tmp / "ipython"):
             d.mkdir(parents=True, exist_ok=True)
@@ -74,7 +76,7 @@ class JupyterServer:
             "--ServerApp.ip=127.0.0.1", f"--IdentityProvider.token={TOKEN}",
             f"--ServerApp.root_dir={self.tmp / 'root'}", "--allow-root", "--no-browser",
             "--ServerApp.jpserver_extensions=jupyter_gpu_pause=True",
-            f"--GpuPauseApp.store_url={self.tmp / 'store'}",
+            f"--GpuPauseApp.store_url={self.store_url}",
             f"--GpuPauseApp.db_path={self.tmp / 'records.sqlite'}",
             f"--GpuPauseApp.secret_file={self.tmp / 'secret'}",
         ]  # fmt: skip
