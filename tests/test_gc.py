@@ -10,7 +10,6 @@ deterministic with ``gc``'s ``phase`` callback, never with sleeps.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import os
 import threading
 import time
@@ -661,20 +660,10 @@ async def test_gc_while_another_runs_is_409_but_a_dry_run_still_answers(lab, sto
 
 
 # -- two servers sharing one store ----------------------------------------------------------------
-def wired_intents() -> bool:
-    from jupyter_gpu_pause.kernel import agent
-    from jupyter_gpu_pause.server import pause
-
-    return "declare_intent" in inspect.getsource(agent) and "intents" in inspect.getsource(pause)
-
-
 BIG = "import numpy as np; w = np.random.default_rng(5).standard_normal(12_000_000)"
 DIGEST = "import hashlib; print(hashlib.sha256(w.tobytes()).hexdigest())"
 
 
-@pytest.mark.skipif(
-    not wired_intents(), reason="waits on the lead wiring declare_intent into the agent's capture"
-)
 def test_gc_on_one_server_while_another_pauses_reusing_old_blobs(tmp_path):
     # Given two servers sharing one store, each with its own records and key, collecting with
     # no grace period

@@ -8,13 +8,11 @@ after a pause, on the schedule, never while a resume is in flight, each deletion
 
 from __future__ import annotations
 
-import inspect
 import json
 from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from jupyter_gpu_pause.server import pause as pause_module
 from jupyter_gpu_pause.store import Signer, Store
 from jupyter_gpu_pause.store.keyfile import load_secret
 from jupyter_gpu_pause.store.retention import (
@@ -201,10 +199,6 @@ def jp_server_config(jp_server_config, request, maintenance_config):
     return jp_server_config
 
 
-def wired_after_pause() -> bool:
-    return "after_pause" in inspect.getsource(pause_module)
-
-
 def plant(store_dir, secret_file, session_id: str, model: dict, days_ago: float) -> str:
     """A valid, signed copy of ``model`` (a real manifest) dated ``days_ago`` days back."""
     when = datetime.now(timezone.utc) - timedelta(days=days_ago)
@@ -281,9 +275,6 @@ async def test_the_schedule_applies_retention(lab, store_dir, gp_config):
     assert event["detail"]["checkpoint_id"] == older and event["detail"]["rule"] == "keep_last"
 
 
-@pytest.mark.skipif(
-    not wired_after_pause(), reason="waits on the lead wiring maintenance.after_pause into Pause"
-)
 @pytest.mark.gp_config(retention={"keep_last": 2, "max_age_days": 0})
 async def test_retention_follows_every_pause(lab, store_dir):
     # Given keep_last = 2, and a notebook paused and resumed twice

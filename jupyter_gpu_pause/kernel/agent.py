@@ -14,7 +14,7 @@ import base64
 import json
 import time
 
-from ..store import IntegrityError, Store, StoreError
+from ..store import IntegrityError, Store, StoreError, declare_intent
 from ..units import count_text, size_text
 from . import api
 from .capture import CaptureError, environment, make_plan, write_plan
@@ -123,7 +123,15 @@ def capture(params: dict) -> None:
                 "too-large",
             )
         store = _store(params)
-        result = write_plan(plan, store, progress=_Progress(), verify=params.get("verify", True))
+        cid = params["checkpoint_id"]
+        result = write_plan(
+            plan,
+            store,
+            progress=_Progress(),
+            verify=params.get("verify", True),
+            # GC must not delete a blob this capture decides to reuse (store/lease.py)
+            before_reuse=lambda hashes: declare_intent(store, cid, hashes),
+        )
         result["kernel"], result["origin"] = environment()
         result["registered"] = api.registered()
     except CaptureError as e:

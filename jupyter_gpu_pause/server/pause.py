@@ -37,6 +37,7 @@ class Pause:
     def __init__(self, lc, s: Session, op: Op, reason: str):
         self.lc, self.s, self.op, self.reason = lc, s, op, reason
         self.kernel_id = op.kernel_id
+        self.cid: str | None = None  # the checkpoint being written (its GC intents)
 
     async def run(self) -> None:
         s = self.s
@@ -53,6 +54,8 @@ class Pause:
             return
         finally:
             s.progress = None
+            if self.cid and self.lc.maintenance:  # written, or never will be
+                await self.lc.maintenance.drop_intents(self.cid)
         try:
             await self.lc.bridge.shutdown(self.kernel_id)
             await self.lc.capacity.release(s.id)
@@ -67,7 +70,7 @@ class Pause:
         await lc.bridge.wait_idle(self.kernel_id)
         s.message = "Writing checkpoint"
         s.progress = {"phase": "capturing", "done_bytes": 0, "total_bytes": None}
-        cid = new_checkpoint_id()
+        cid = self.cid = new_checkpoint_id()
         result = await lc.bridge.run_agent(
             self.kernel_id,
             "capture",
@@ -123,6 +126,8 @@ class Pause:
             skipped=skipped,
             message=s.message,
         )
+        if self.lc.maintenance:  # retention, once this pause has ended
+            self.lc.maintenance.after_pause(s)
 
     async def _cancelled(self) -> None:
         s = self.s
