@@ -80,27 +80,29 @@ def load_blobs(
     done = 0
     data = {h: alloc(int(meta["bytes"])) for h, meta in wanted.items()}
     # Two readers: a read from the page cache and the hash of the previous buffer both release
-    # the GIL, so two threads keep both cores busy.
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        futures = {pool.submit(store.read_blob_into, h, buf): h for h, buf in data.items()}
-        try:
-            for f in as_completed(futures):
-                h = futures[f]
-                try:
-                    f.result()
-                except IntegrityError as e:
-                    if bad is None:
-                        raise
-                    bad[h] = e
-                    del data[h]
-                    continue
-                done += int(wanted[h]["bytes"])
-                if progress:
-                    progress("reading", done, total)
-        except BaseException:
-            for f in futures:
-                f.cancel()
-            raise
+    # the GIL, so two threads keep both cores busy (four for a remote store: latency-bound).
+    pool = ThreadPoolExecutor(max_workers=2 if store.local else 4)
+    futures = {pool.submit(store.read_blob_into, h, buf): h for h, buf in data.items()}
+    try:
+        for f in as_completed(futures):
+            h = futures[f]
+            try:
+                f.result()
+            except IntegrityError as e:
+                if bad is None:
+                    raise
+                bad[h] = e
+                del data[h]
+                continue
+            done += int(wanted[h]["bytes"])
+            if progress:
+                progress("reading", done, total)
+    except BaseException:
+        # an interrupt (Cancel) or a failure: do not wait for reads stuck on a frozen store;
+        # they end by themselves within the store's bound
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
     return {**{h: b for h, b in have.items() if h in doc["blobs"]}, **data}
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 from functools import partial
 
-from ..store import IntegrityError, Signer, Store
+from ..store import IntegrityError, Signer, Store, StoreError
 from ..store.format import Manifest, build_manifest, parse_manifest
 from ..store.keyfile import create_secret, load_secret
 from .errors import KeyMissing
@@ -77,6 +77,11 @@ class Checkpoints:
         self.store.write_manifest(doc)
         try:
             return self._verify(session_id, checkpoint_id, deep=False)
+        except StoreError:
+            # The store stopped answering: deleting would only wait out a second bound. The
+            # manifest, if it landed, names blobs the agent wrote and read back; the pause
+            # fails (kernel untouched) and the checkpoint, complete, is listed like any other.
+            raise
         except Exception:
             self.store.delete_manifest(session_id, checkpoint_id)
             raise

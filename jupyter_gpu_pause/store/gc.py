@@ -208,9 +208,11 @@ def _delete(store: Store, objs: list[Obj], dry_run: bool, lease, report: GcRepor
                     except FileNotFoundError:
                         pass
             else:
-                store.fs.rm([o.path for o in batch])
+                store.call("delete", store.url, "rm", [o.path for o in batch])
         except FileNotFoundError:
             pass
+        except StoreError:
+            raise
         except Exception as e:
             raise StoreError(f"could not delete objects under {store.url}: {e}") from e
         done += batch

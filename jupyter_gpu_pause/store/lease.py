@@ -154,7 +154,9 @@ def write_plain(store: Store, rel: str, data: bytes) -> None:
                     os.unlink(tmp)
                 raise
         else:
-            store.fs.pipe_file(path, data)
+            store.call("write", path, "pipe_file", path, data)
+    except StoreError:
+        raise
     except Exception as e:
         raise StoreError(f"could not write {path}: {e}") from e
 
@@ -163,11 +165,9 @@ def remove(store: Store, rel: str) -> None:
     """Delete ``rel``; one already gone is fine."""
     path = store_path(store, rel)
     try:
-        store.fs.rm_file(path)
+        store.call("delete", path, "rm_file", path)
     except FileNotFoundError:
         pass
-    except Exception as e:
-        raise StoreError(f"could not delete {path}: {e}") from e
 
 
 def stat(store: Store, rel: str) -> Obj | None:
@@ -175,11 +175,9 @@ def stat(store: Store, rel: str) -> Obj | None:
     path = store_path(store, rel)
     try:
         store.fs.invalidate_cache(path)
-        info = store.fs.info(path)
+        info = store.call("stat", path, "info", path)
     except FileNotFoundError:
         return None
-    except Exception as e:
-        raise StoreError(f"could not stat {path}: {e}") from e
     return Obj(path, rel, int(info.get("size") or 0), mtime_of(info, path))
 
 
@@ -205,13 +203,11 @@ def read_lock(store: Store) -> LockInfo | None:
     if obj is None:
         return None
     try:
-        doc = json.loads(store.fs.cat_file(obj.path))
+        doc = json.loads(store.call("read", obj.path, "cat_file", obj.path))
     except FileNotFoundError:
         return None
     except ValueError:
         doc = {}
-    except Exception as e:
-        raise StoreError(f"could not read {obj.path}: {e}") from e
     doc = doc if isinstance(doc, dict) else {}
     lease = doc.get("lease_seconds")
     return LockInfo(

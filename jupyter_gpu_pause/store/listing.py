@@ -9,6 +9,7 @@ process wrote a moment ago. Every listing here drops the cache first. Ages come 
 from __future__ import annotations
 
 import json
+import os
 import posixpath
 from dataclasses import dataclass
 from datetime import datetime
@@ -67,9 +68,13 @@ def list_objects(store: Store, rel: str) -> list[Obj]:
     top = store_path(store, rel)
     try:
         store.fs.invalidate_cache()
-        found = store.fs.find(top, detail=True)
+        found = store.call("list", top, "find", top, detail=True)
     except (FileNotFoundError, NotADirectoryError):
         return []
+    except StoreError:
+        if store.local and not os.path.isdir(top):
+            return []  # a file where the folder would be: nothing under it
+        raise
     except Exception as e:
         raise StoreError(f"could not list {top}: {e}") from e
     out = []
@@ -120,7 +125,9 @@ def read_json(store: Store, objs: list[Obj]) -> dict[str, object]:
         return {}
     paths = [o.path for o in objs]
     try:
-        got = store.fs.cat(paths, on_error="return")
+        got = store.call("read", store.url, "cat", paths, on_error="return")
+    except StoreError:
+        raise
     except Exception as e:
         raise StoreError(f"could not read {len(paths)} objects under {store.url}: {e}") from e
     if not isinstance(got, dict):  # one path: some filesystems answer with the bytes alone
