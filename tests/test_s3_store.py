@@ -159,7 +159,8 @@ async def test_s3_down_before_a_pause_leaves_the_kernel_running(lab, s3, store_d
     # And once S3 is back (an empty bucket: moto keeps nothing), the next pause works
     s3.start()
     assert s3.keys(PREFIX) == {}
-    await lab.api("POST", f"sessions/{s['id']}/pause")
+    code, body = await lab.api("POST", f"sessions/{s['id']}/pause")
+    assert code == 202, body
     paused = await lab.wait_state(s["id"])
     assert paused["state"] == "paused", paused
     assert f"{PREFIX}/v1/sessions/{s['id']}/{paused['checkpoint']['id']}.json" in s3.keys(PREFIX)

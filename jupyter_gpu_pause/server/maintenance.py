@@ -161,9 +161,16 @@ class StoreMaintenance(LoggingConfigurable):
         except Exception:
             self.log.exception("jupyter_gpu_pause: retention after a pause failed")
 
-    async def drop_intents(self, checkpoint_id: str) -> None:
-        """A pause's manifest is written (or never will be): its intents may go. Never
-        raises: intents left behind are ignored by collections once they are stale."""
+    def drop_intents(self, checkpoint_id: str) -> None:
+        """A pause's manifest is written (or never will be): its intents may go, in the
+        background. The pause does not wait: against a store that stopped answering this
+        takes a whole bound, and the session must show its outcome (and accept the next
+        pause) at once. Intents left behind are ignored by collections once they are stale."""
+        job = asyncio.ensure_future(self._drop_intents(checkpoint_id))
+        self._pending.add(job)
+        job.add_done_callback(self._pending.discard)
+
+    async def _drop_intents(self, checkpoint_id: str) -> None:
         try:
             await _in_thread(drop_intents, self.store, checkpoint_id)
         except Exception as e:

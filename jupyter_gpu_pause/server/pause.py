@@ -55,7 +55,7 @@ class Pause:
         finally:
             s.progress = None
             if self.cid and self.lc.maintenance:  # written, or never will be
-                await self.lc.maintenance.drop_intents(self.cid)
+                self.lc.maintenance.drop_intents(self.cid)
         try:
             await self.lc.bridge.shutdown(self.kernel_id)
             await self.lc.capacity.release(s.id)
