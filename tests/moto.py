@@ -74,6 +74,11 @@ class Moto:
     def thaw(self) -> None:
         os.kill(self.proc.pid, signal.SIGCONT)
 
+    def served(self, needle: str) -> int:
+        """How many requests moto has answered whose request line contains ``needle`` (read
+        from its own log, so this works while moto is busy or frozen)."""
+        return sum(needle in line for line in self.log.read_text(errors="replace").splitlines())
+
     def client(self):
         return boto3.client(
             "s3",

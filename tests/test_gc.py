@@ -333,7 +333,9 @@ def wait_until(condition, what: str, timeout: float = 30.0):
 
 
 def intent_of(store: Store, cid: str):
-    return list_objects(store, f"{INTENTS}/{cid}")
+    """The writer's committed intents (locally, a write in flight is a ``.tmp-`` file first,
+    which no collection counts: waiting on it would race the rename)."""
+    return [o for o in list_objects(store, f"{INTENTS}/{cid}") if ".tmp-" not in o.rel]
 
 
 def reused_blob_setup(store: Store) -> tuple[np.ndarray, str]:
