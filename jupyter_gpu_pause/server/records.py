@@ -54,6 +54,17 @@ def _migrate(db: sqlite3.Connection) -> None:
         raise
 
 
+def new_event(session_id: str, type_: str, reason: str, detail: dict | None = None) -> dict:
+    """An event as §8 of the design has it: ``{time, session_id, type, reason, detail}``."""
+    return {
+        "time": iso(utcnow()),
+        "session_id": session_id,
+        "type": type_,
+        "reason": reason,
+        "detail": detail or {},
+    }
+
+
 class Records:
     def __init__(self, db_path: str):
         self.db_path = db_path
@@ -121,16 +132,9 @@ class Records:
         )
         db.commit()
 
-    async def add_event(self, session_id, type_, reason, detail=None) -> dict:
-        event = {
-            "time": iso(utcnow()),
-            "session_id": session_id,
-            "type": type_,
-            "reason": reason,
-            "detail": detail or {},
-        }
+    async def add_event(self, event: dict) -> None:
+        """Store an event made by ``new_event``."""
         await self._run(self._add_event, event)
-        return event
 
     def _events(self, since, session_id, limit) -> list[dict]:
         q, args = "SELECT time, session_id, type, reason, detail FROM events WHERE 1=1", []

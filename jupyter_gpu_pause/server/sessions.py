@@ -17,7 +17,7 @@ from .errors import NotFound
 from .kernels import KernelBridge
 from .model import RUNNING, Session
 from .operations import Operations
-from .records import Records
+from .records import Records, new_event
 
 
 class SessionTable:
@@ -31,6 +31,9 @@ class SessionTable:
     ):
         self.bridge, self.records, self.ops, self.log = bridge, records, ops, log
         self.on_change = on_change
+        # Called with (event, session) after each event is recorded; synchronous and quick
+        # (they queue work of their own), so an operation never waits for them.
+        self.listeners: list[Callable[[dict, Session], None]] = []
         self.sessions: dict[str, Session] = {}
         self._refreshing = asyncio.Lock()
 
@@ -110,12 +113,20 @@ class SessionTable:
         self.on_change()
 
     async def record_event(self, s: Session, type_: str, reason: str, /, **detail) -> None:
-        """Add an event (never raises: an outcome is not undone because it could not be logged)."""
+        """Add an event to the records, then hand it to every listener (the event bus,
+        webhooks, metrics). Never raises: an outcome is not undone because it could not be
+        logged, and a failing listener neither stops the others nor the operation."""
         self.log.info("gpu-pause %s %s (%s): %s", type_, s.path, reason, detail.get("message", ""))
+        event = new_event(s.id, type_, reason, detail)
         try:
-            await self.records.add_event(s.id, type_, reason, detail)
+            await self.records.add_event(event)
         except Exception:
             self.log.exception("jupyter_gpu_pause: could not record the %s event", type_)
+        for listener in self.listeners:
+            try:
+                listener(event, s)
+            except Exception:
+                self.log.exception("jupyter_gpu_pause: a listener failed on the %s event", type_)
 
     async def merge_into(self, s: Session, kernel_id: str) -> None:
         """A resume into a running kernel: that kernel's own record merges into ``s``."""
