@@ -101,11 +101,15 @@ class Interrupt:
         os.kill(os.getpid(), signal.SIGINT)
 
     def __enter__(self):
+        # As a kernel does while it runs a cell: a process started in the background (a CI
+        # job, nohup) inherits SIGINT ignored, and Python then installs no handler for it
+        self._previous = signal.signal(signal.SIGINT, signal.default_int_handler)
         self._thread.start()
         return self
 
     def __exit__(self, *exc):
         self._thread.join(70)
+        signal.signal(signal.SIGINT, self._previous)
 
 
 # -- parts and ranges ------------------------------------------------------------------------
