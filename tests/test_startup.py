@@ -94,8 +94,23 @@ BAD_CONFIGS = [
     ),
     (
         "unbuilt-setting",
-        "c.GpuPauseApp.webhook_urls = ['http://127.0.0.1:9/hook']",
-        ["GpuPauseApp.webhook_urls is not a setting"],
+        "c.GpuPauseApp.stop_server_when_paused = True",
+        ["GpuPauseApp.stop_server_when_paused is not a setting"],
+    ),
+    (
+        "unknown-shutdown-checkpoint",
+        "c.GpuPauseApp.shutdown_checkpoint = 'gpus'",
+        ["GpuPauseApp.shutdown_checkpoint = 'gpus'", "'gpu', 'all', 'none'"],
+    ),
+    (
+        "webhook-not-http",
+        "c.GpuPauseApp.webhook_urls = ['ftp://hooks.example.org/x']",
+        ["GpuPauseApp.webhook_urls", "'ftp://hooks.example.org/x' is not an http:// or https:// URL"],
+    ),
+    (
+        "zero-shutdown-grace",
+        "c.GpuPauseApp.shutdown_grace_seconds = 0",
+        ["GpuPauseApp.shutdown_grace_seconds = 0", "more than 0 seconds"],
     ),
     (
         "retention-unknown-key",

@@ -12,6 +12,7 @@ import os
 import re
 import socket
 import uuid
+from urllib.parse import urlsplit
 
 from jupyter_core.paths import jupyter_data_dir
 from jupyter_server.extension.application import ExtensionApp
@@ -225,7 +226,62 @@ class GpuPauseApp(ExtensionApp):
         "shut down. Default: True.",
     ).tag(config=True)
 
-    @validate("poll_interval", "kernel_answer_timeout", "store_timeout")
+    webhook_urls = List(
+        Unicode(),
+        default_value=[],
+        help="URLs (http or https) each lifecycle event is POSTed to as JSON, from a "
+        "background queue that never delays a pause or resume; retried with exponential "
+        "backoff and jitter; a receiver answering 410 Gone is not sent to again until the "
+        "server restarts. See docs/webhooks.md. Default: [].",
+    ).tag(config=True)
+
+    webhook_secret = Unicode(
+        None,
+        allow_none=True,
+        help="Shared secret that signs each webhook POST, Standard Webhooks style "
+        "('webhook-signature: v1,<base64 HMAC-SHA256 of id.timestamp.body>'); a 'whsec_' "
+        "prefix marks a base64 key, anything else is used as UTF-8 bytes. Default: None "
+        "(posts are not signed).",
+    ).tag(config=True)
+
+    shutdown_checkpoint = Enum(
+        ["gpu", "all", "none"],
+        default_value="gpu",
+        help="On SIGTERM or server stop, before Jupyter shuts the kernels down, checkpoint "
+        "in parallel: 'gpu' (default) the running sessions holding a GPU or matching "
+        "gpu_kernelspecs, 'all' every running session, 'none' nothing. They are paused "
+        "after the next start. See docs/shutdown.md.",
+    ).tag(config=True)
+
+    shutdown_grace_seconds = Float(
+        25.0,
+        help="Time budget, in seconds, of the checkpoints taken at shutdown; one not done "
+        "by then is abandoned (its kernel shut down by Jupyter, the session's last "
+        "checkpoint kept) and recorded as such. Keep it below the platform's own grace "
+        "period (Kubernetes terminationGracePeriodSeconds). Default: 25. Must be > 0.",
+    ).tag(config=True)
+
+    preemption_notice_url = Unicode(
+        "",
+        help="A cloud preemption notice URL polled every preemption_poll_seconds (e.g. "
+        "'http://169.254.169.254/latest/meta-data/spot/instance-action' on AWS, "
+        "'http://metadata.google.internal/computeMetadata/v1/instance/preempted' on GCP): "
+        "a notice (AWS: 200; GCP: body 'TRUE') checkpoints the sessions shutdown_checkpoint "
+        "names, reason 'preemption'. Default: '' (off).",
+    ).tag(config=True)
+
+    preemption_poll_seconds = Float(
+        5.0,
+        help="Seconds between two reads of preemption_notice_url. Default: 5. Must be > 0.",
+    ).tag(config=True)
+
+    @validate(
+        "poll_interval",
+        "kernel_answer_timeout",
+        "store_timeout",
+        "shutdown_grace_seconds",
+        "preemption_poll_seconds",
+    )
     def _positive(self, proposal):
         if not proposal["value"] > 0:
             raise TraitError(
@@ -237,6 +293,26 @@ class GpuPauseApp(ExtensionApp):
     @validate("gpu_hold_alarm_hours", "max_checkpoint_bytes", "resume_timeout")
     def _not_negative(self, proposal):
         return not_negative(self, proposal, " (0 turns it off)")
+
+    @validate("webhook_urls")
+    def _webhook_urls(self, proposal):
+        for url in proposal["value"]:
+            parts = urlsplit(url)
+            if parts.scheme not in ("http", "https") or not parts.netloc:
+                raise TraitError(
+                    f"GpuPauseApp.webhook_urls: {url!r} is not an http:// or https:// URL"
+                )
+        return proposal["value"]
+
+    @validate("preemption_notice_url")
+    def _notice_url(self, proposal):
+        url = proposal["value"]
+        parts = urlsplit(url)
+        if url and (parts.scheme not in ("http", "https") or not parts.netloc):
+            raise TraitError(
+                f"GpuPauseApp.preemption_notice_url = {url!r}: not an http:// or https:// URL"
+            )
+        return url
 
     @validate("gc_grace_seconds")
     def _grace(self, proposal):
@@ -400,6 +476,8 @@ class GpuPauseApp(ExtensionApp):
             self.lifecycle, self._store, self._retention, self.gc_grace_seconds, parent=self
         )
         self.lifecycle.maintenance = self.maintenance  # retention after pauses, intents
+        # Listeners of every lifecycle event (table.listeners): event bus, webhooks, metrics.
+        # (telemetry wiring: one short block per listener below this line)
         self.settings.update(
             {
                 "gpu_pause": self.lifecycle,
@@ -436,6 +514,7 @@ class GpuPauseApp(ExtensionApp):
     async def stop_extension(self):
         """Stop what was built, tolerating what never was: stopping must always finish, or
         jupyter_server never gets to shut the kernels down and exit."""
+        # (shutdown checkpoint: runs here, first, before anything below stops)
         for step, what in (
             (self.maintenance and self.maintenance.stop, "store maintenance"),
             (self.monitor and self.monitor.stop, "the idle monitor"),
