@@ -37,6 +37,8 @@ def gp_config(store_dir, tmp_path, request) -> dict:
         "store_url": str(store_dir),
         "db_path": str(tmp_path / "records.sqlite"),
         "secret_file": str(tmp_path / "secret"),
+        # no emergency checkpoint when a test's server is torn down (test_shutdown.py)
+        "shutdown_checkpoint": "none",
     }
     marker = request.node.get_closest_marker("gp_config")
     if marker:

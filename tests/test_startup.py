@@ -105,7 +105,17 @@ BAD_CONFIGS = [
     (
         "webhook-not-http",
         "c.GpuPauseApp.webhook_urls = ['ftp://hooks.example.org/x']",
-        ["GpuPauseApp.webhook_urls", "'ftp://hooks.example.org/x' is not an http:// or https:// URL"],
+        ["GpuPauseApp.webhook_urls", "'ftp://hooks.example.org/x' is not an http:// or https://"],
+    ),
+    (
+        "webhook-secret-not-base64",
+        "c.GpuPauseApp.webhook_secret = 'whsec_not base64!'",
+        ["GpuPauseApp.webhook_secret", "must continue with base64"],
+    ),
+    (
+        "misspelt-webhook-setting",
+        "c.WebhookSender.max_attempt = 3",
+        ["WebhookSender.max_attempt is not a setting", "did you mean 'max_attempts'"],
     ),
     (
         "zero-shutdown-grace",

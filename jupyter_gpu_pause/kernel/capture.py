@@ -209,6 +209,7 @@ def write_plan(
         if progress:
             progress("writing", n, total)
 
+    report(0)  # the server's clock: capture (the object graph) ends, writing begins
     for batch in _batches(blobs):
         for b in batch:
             b.h = source_hash(b.src)

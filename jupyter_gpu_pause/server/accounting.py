@@ -11,6 +11,7 @@ writes them all. Hour rows let a report start at any hour ("24h") and still draw
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from datetime import date, datetime, timedelta, timezone
 
 from ..store.format import iso, parse_iso, utcnow
@@ -80,6 +81,8 @@ class Ledger:
     def __init__(self, records):
         self.records = records
         self._pending: dict[tuple[str, str], list] = {}  # (hour, session id) -> [path, h, i, r]
+        # told (held, idle, reclaimed) GPU-seconds as they accrue: the metrics' counters
+        self.listeners: list[Callable[[float, float, float], None]] = []
 
     def add(self, s, start: datetime, end: datetime, **devices: int) -> None:
         """Count ``[start, end)`` for session ``s``; ``held=2, idle=2`` means two GPUs, idle."""
@@ -92,6 +95,8 @@ class Ledger:
         s.gpu_seconds_reclaimed += seconds * factors[2]
         for hour, part in hour_slices(start, end):
             self._merge(hour, s.id, s.path, *(part * f for f in factors))
+        for listener in self.listeners:
+            listener(*(seconds * f for f in factors))
 
     def _merge(self, hour: str, sid: str, path: str, held, idle, reclaimed) -> None:
         row = self._pending.setdefault((hour, sid), [path, 0.0, 0.0, 0.0])

@@ -32,6 +32,7 @@ from traitlets import (
 
 from ..store.keyfile import KeyFileError
 from ..store.retention import DEFAULT_RETENTION, parse_retention
+from .bus import EventBus
 from .capacity import (
     AutoCapacity,
     CapacityProvider,
@@ -54,12 +55,16 @@ from .handlers import handlers
 from .kernels import KernelBridge
 from .lifecycle import Lifecycle
 from .maintenance import StoreMaintenance
+from .metrics import attach as attach_metrics
 from .monitor import Monitor
 from .operations import PauseSettings
 from .policy import DEFAULT_POLICIES, PolicyError, parse_policies
+from .preemption import PreemptionPoller
 from .probes import GpuProbe, NvmlProbe
 from .records import Records
+from .shutdown import EmergencyCheckpoint
 from .traits import not_negative
+from .webhooks import WebhookSender, signing_key
 
 
 def _data(*parts: str) -> str:
@@ -232,7 +237,8 @@ class GpuPauseApp(ExtensionApp):
         help="URLs (http or https) each lifecycle event is POSTed to as JSON, from a "
         "background queue that never delays a pause or resume; retried with exponential "
         "backoff and jitter; a receiver answering 410 Gone is not sent to again until the "
-        "server restarts. See docs/webhooks.md. Default: [].",
+        "server restarts. Timeouts, attempts and queue size: c.WebhookSender.*. See "
+        "docs/webhooks.md. Default: [].",
     ).tag(config=True)
 
     webhook_secret = Unicode(
@@ -249,16 +255,18 @@ class GpuPauseApp(ExtensionApp):
         default_value="gpu",
         help="On SIGTERM or server stop, before Jupyter shuts the kernels down, checkpoint "
         "in parallel: 'gpu' (default) the running sessions holding a GPU or matching "
-        "gpu_kernelspecs, 'all' every running session, 'none' nothing. They are paused "
-        "after the next start. See docs/shutdown.md.",
+        "gpu_kernelspecs, 'all' every running session (Python kernels), 'none' nothing. "
+        "Each goes through the normal pause (a running cell is waited for); they are "
+        "paused after the next start. See docs/shutdown.md.",
     ).tag(config=True)
 
     shutdown_grace_seconds = Float(
         25.0,
-        help="Time budget, in seconds, of the checkpoints taken at shutdown; one not done "
-        "by then is abandoned (its kernel shut down by Jupyter, the session's last "
-        "checkpoint kept) and recorded as such. Keep it below the platform's own grace "
-        "period (Kubernetes terminationGracePeriodSeconds). Default: 25. Must be > 0.",
+        help="Time budget, in seconds, of the checkpoints taken at shutdown, all together; "
+        "one not done by then is abandoned (its kernel shut down by Jupyter, the session's "
+        "last checkpoint kept) and the session recorded 'failed' with reason "
+        "'shutdown-timeout'. Keep it at least 15 s below the platform's own grace period "
+        "(Kubernetes terminationGracePeriodSeconds). Default: 25. Must be > 0.",
     ).tag(config=True)
 
     preemption_notice_url = Unicode(
@@ -266,8 +274,10 @@ class GpuPauseApp(ExtensionApp):
         help="A cloud preemption notice URL polled every preemption_poll_seconds (e.g. "
         "'http://169.254.169.254/latest/meta-data/spot/instance-action' on AWS, "
         "'http://metadata.google.internal/computeMetadata/v1/instance/preempted' on GCP): "
-        "a notice (AWS: 200; GCP: body 'TRUE') checkpoints the sessions shutdown_checkpoint "
-        "names, reason 'preemption'. Default: '' (off).",
+        "a notice (AWS: 200 with a body, IMDSv2 token fetched when asked; GCP: body 'TRUE', "
+        "header 'Metadata-Flavor: Google' sent) checkpoints the sessions "
+        "shutdown_checkpoint names, once, reason 'preemption', while the server keeps "
+        "running. Unreachable: logged once. Default: '' (off).",
     ).tag(config=True)
 
     preemption_poll_seconds = Float(
@@ -304,6 +314,15 @@ class GpuPauseApp(ExtensionApp):
                 )
         return proposal["value"]
 
+    @validate("webhook_secret")
+    def _webhook_secret(self, proposal):
+        if proposal["value"]:
+            try:
+                signing_key(proposal["value"])
+            except ValueError as e:
+                raise TraitError(str(e)) from None
+        return proposal["value"]
+
     @validate("preemption_notice_url")
     def _notice_url(self, proposal):
         url = proposal["value"]
@@ -323,9 +342,12 @@ class GpuPauseApp(ExtensionApp):
     maintenance = None
     monitor = None
     records = None
+    emergency = None  # EmergencyCheckpoint, once the records are loaded
+    preemption = None  # PreemptionPoller, when preemption_notice_url is set
     _store = None
     _policies = None
     _retention = None
+    webhooks = None  # WebhookSender, when webhook_urls is set
 
     # -- configuration, checked before Jupyter serves anything ------------------------------
     def _link_jupyter_server_extension(self, serverapp):
@@ -391,7 +413,7 @@ class GpuPauseApp(ExtensionApp):
         # The provider's and the queue's own settings (c.QuotaCapacity.max_sessions…): checked
         # here, by building them once, so a bad value stops the server before it serves.
         classes = {self.capacity_provider_class, QuotaCapacity, NvmlCapacity, FolderQueue}
-        for cls in classes | {StoreMaintenance}:
+        for cls in classes | {StoreMaintenance, WebhookSender}:
             check_known_keys(
                 self.config.get(cls.__name__, {}),
                 set(cls.class_trait_names(config=True)),
@@ -478,6 +500,19 @@ class GpuPauseApp(ExtensionApp):
         self.lifecycle.maintenance = self.maintenance  # retention after pauses, intents
         # Listeners of every lifecycle event (table.listeners): event bus, webhooks, metrics.
         # (telemetry wiring: one short block per listener below this line)
+        # metrics on jupyter_server's /metrics: events, sessions by state, GPU-seconds
+        attach_metrics(self.lifecycle.table, self.monitor.ledger)
+        # jupyter_events bus and signed webhooks (docs/webhooks.md); webhooks stop last
+        self.lifecycle.table.listeners.append(EventBus(server.event_logger, self.log))
+        if self.webhook_urls:
+            self.webhooks = WebhookSender(
+                self.webhook_urls,
+                self.webhook_secret,
+                user=server_user(),
+                server=server.connection_url,
+                parent=self,
+            )
+            self.lifecycle.table.listeners.append(self.webhooks)
         self.settings.update(
             {
                 "gpu_pause": self.lifecycle,
@@ -510,15 +545,36 @@ class GpuPauseApp(ExtensionApp):
             return
         self.monitor.start()
         self.maintenance.start()
+        self.emergency = EmergencyCheckpoint(
+            self.lifecycle, self.shutdown_checkpoint, self.shutdown_grace_seconds, self.log
+        )
+        if self.preemption_notice_url:
+            self.preemption = PreemptionPoller(
+                self.preemption_notice_url,
+                self.preemption_poll_seconds,
+                lambda _notice: self.emergency.run("preemption", bounded=False),
+                self.log,
+            )
+            self.preemption.start()
 
     async def stop_extension(self):
         """Stop what was built, tolerating what never was: stopping must always finish, or
         jupyter_server never gets to shut the kernels down and exit."""
         # (shutdown checkpoint: runs here, first, before anything below stops)
+        # jupyter_server shuts the kernels down only after this returns (ServerApp._cleanup:
+        # cleanup_extensions, then cleanup_kernels): every kernel still holds its state here.
+        if self.preemption is not None:
+            await self.preemption.stop()
+        if self.emergency is not None:
+            try:
+                await self.emergency.run("shutdown")
+            except Exception:
+                self.log.exception("jupyter_gpu_pause: the shutdown checkpoint failed")
         for step, what in (
             (self.maintenance and self.maintenance.stop, "store maintenance"),
             (self.monitor and self.monitor.stop, "the idle monitor"),
             (self.lifecycle and self.lifecycle.stop, "running operations"),
+            (self.webhooks and self.webhooks.stop, "webhook deliveries"),
         ):
             if step:
                 try:

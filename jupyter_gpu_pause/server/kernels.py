@@ -237,10 +237,13 @@ class KernelBridge:
         func: str,
         params: dict,
         on_progress: Callable[[dict], None] | None = None,
+        on_sent: Callable[[], None] | None = None,
     ) -> dict:
         """Run ``agent.<func>(params)`` in the kernel and return its result.
 
-        Raises AgentFailed with the agent's message, or KernelDied.
+        ``on_sent`` is called once the kernel has answered and the request goes to it (a new
+        kernel has finished booting: the resume's timings split there). Raises AgentFailed
+        with the agent's message, or KernelDied.
         """
         kernel = self.kernel(kernel_id)
         pid = _pid(kernel)
@@ -273,6 +276,8 @@ class KernelBridge:
                 client, lambda: self.execution_state(kernel_id) == "busy", self.answer_timeout
             )
             sent.append(True)
+            if on_sent:
+                on_sent()
             await client.execute_interactive(
                 code,
                 silent=True,

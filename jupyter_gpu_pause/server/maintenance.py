@@ -26,6 +26,7 @@ from ..store.lease import DEFAULT_LEASE, drop_intents
 from ..store.listing import blob_objects, manifest_objects, read_json
 from ..store.retention import Deletion, Entry, Retention, checkpoint_time, plan_deletions
 from .errors import GpuPauseError, WrongState
+from .metrics import store_failed
 from .model import RUNNING, Session
 from .traits import not_negative
 
@@ -129,7 +130,8 @@ class StoreMaintenance(LoggingConfigurable):
         """Retention, then (unless turned off) garbage collection; failures are logged."""
         try:
             await self.apply_retention()
-        except Exception:
+        except Exception as e:
+            store_failed("retention", e)
             self.log.exception("jupyter_gpu_pause: retention pass failed")
         if self.collect_garbage:
             try:
@@ -158,7 +160,8 @@ class StoreMaintenance(LoggingConfigurable):
             await asyncio.wait([op_task])
         try:
             await self.apply_retention()
-        except Exception:
+        except Exception as e:
+            store_failed("retention", e)
             self.log.exception("jupyter_gpu_pause: retention after a pause failed")
 
     def drop_intents(self, checkpoint_id: str) -> None:
@@ -174,6 +177,7 @@ class StoreMaintenance(LoggingConfigurable):
         try:
             await _in_thread(drop_intents, self.store, checkpoint_id)
         except Exception as e:
+            store_failed("intents", e)
             self.log.warning(
                 "jupyter_gpu_pause: could not remove the intents of checkpoint %s (%s); they "
                 "expire by themselves",
@@ -197,6 +201,7 @@ class StoreMaintenance(LoggingConfigurable):
         except GcBusy as e:
             raise WrongState(str(e), "gc-running") from None
         except StoreError as e:
+            store_failed("gc", e)
             raise GpuPauseError(
                 f"garbage collection failed; nothing more was deleted: {e}", "store"
             ) from e

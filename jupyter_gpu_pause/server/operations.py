@@ -43,6 +43,9 @@ class Op:
     task: asyncio.Task | None = None
     committed: bool = False  # pause: manifest verified, cancel no longer possible
     control: object | None = None  # the running Pause or Resume (a resume: ``cpu_now``)
+    # set by whoever cancels a pause for its own reason (a stopping server, shutdown.py):
+    # called with the session instead of recording a user's cancel
+    abandon: Callable[[Session], Awaitable[None]] | None = None
 
 
 class Operations:

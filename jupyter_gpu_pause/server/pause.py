@@ -16,6 +16,7 @@ from ..store.format import new_checkpoint_id
 from ..store.schema import ManifestError, check_capture
 from ..units import count_text, size_text
 from .errors import GpuPauseError, KernelDied
+from .metrics import PhaseClock
 from .model import Session, gpu_device_count
 from .operations import Op, checkpoint_brief
 
@@ -38,6 +39,8 @@ class Pause:
         self.lc, self.s, self.op, self.reason = lc, s, op, reason
         self.kernel_id = op.kernel_id
         self.cid: str | None = None  # the checkpoint being written (its GC intents)
+        self.clock = PhaseClock()  # the events' phase timings (docs/metrics.md)
+        self.gpu_released: float | None = None  # seconds from the request to the shutdown
 
     async def run(self) -> None:
         s = self.s
@@ -57,7 +60,9 @@ class Pause:
             if self.cid and self.lc.maintenance:  # written, or never will be
                 self.lc.maintenance.drop_intents(self.cid)
         try:
+            self.clock.enter("shutdown")
             await self.lc.bridge.shutdown(self.kernel_id)
+            self.gpu_released = self.clock.since_start()
             await self.lc.capacity.release(s.id)
         except (Exception, asyncio.CancelledError) as e:
             await self._kernel_kept(manifest, e)
@@ -67,7 +72,9 @@ class Pause:
     async def _checkpoint(self):
         """Everything before the commit point; returns the verified manifest."""
         s, lc, settings = self.s, self.lc, self.lc.settings
+        self.clock.enter("wait")
         await lc.bridge.wait_idle(self.kernel_id)
+        self.clock.enter("capture")
         s.message = "Writing checkpoint"
         s.progress = {"phase": "capturing", "done_bytes": 0, "total_bytes": None}
         cid = self.cid = new_checkpoint_id()
@@ -83,8 +90,12 @@ class Pause:
                 "max_bytes": settings.max_checkpoint_bytes,
                 "verify": settings.verify,
             },
-            lc.on_progress(s),
+            # the agent's first "writing" progress ends the capture; its last, the writing
+            self.clock.follow(
+                lc.on_progress(s), "writing", "write", "verify" if settings.verify else None
+            ),
         )
+        self.clock.enter("commit")
         check_capture(result)  # the kernel runs user code: nothing it says is signed unchecked
         s.progress = {"phase": "verifying", "done_bytes": 0, "total_bytes": None}
         kernel_meta = {
@@ -125,15 +136,21 @@ class Pause:
             bytes=manifest.total_bytes,
             skipped=skipped,
             message=s.message,
+            **self._timings(manifest),
         )
         if self.lc.maintenance:  # retention, once this pause has ended
             self.lc.maintenance.after_pause(s)
 
     async def _cancelled(self) -> None:
+        if self.op.abandon is not None:  # a stopping server gave up on it (shutdown.py)
+            await self.op.abandon(self.s)
+            return
         s = self.s
         s.state, s.message = "active", "Pause cancelled; the kernel was not touched"
         await self.lc.table.persist(s)
-        await self.lc.table.record_event(s, "cancelled", self.reason, message=s.message)
+        await self.lc.table.record_event(
+            s, "cancelled", self.reason, message=s.message, operation="pause", **self.clock.report()
+        )
 
     async def _refused(self, e: BaseException) -> None:
         """Before the commit point: the kernel and its state are intact."""
@@ -146,7 +163,7 @@ class Pause:
         s.message = f"Pause failed: {text}. The kernel is still running with all its variables."
         await self.lc.table.persist(s)
         await self.lc.table.record_event(
-            s, "pause_failed", self.reason, message=text, error_reason=reason
+            s, "pause_failed", self.reason, message=text, error_reason=reason, **self._timings()
         )
 
     async def _lost(self, e: KernelDied) -> None:
@@ -168,7 +185,12 @@ class Pause:
         s.message = s.error["message"]
         await self.lc.table.persist(s)
         await self.lc.table.record_event(
-            s, "pause_failed", self.reason, message=s.message, error_reason="kernel-died"
+            s,
+            "pause_failed",
+            self.reason,
+            message=s.message,
+            error_reason="kernel-died",
+            **self._timings(),
         )
 
     async def _kernel_kept(self, manifest, e: BaseException) -> None:
@@ -186,5 +208,22 @@ class Pause:
         s.message = s.error["message"]
         await self.lc.table.persist(s)
         await self.lc.table.record_event(
-            s, "pause_failed", self.reason, message=s.message, error_reason="shutdown"
+            s,
+            "pause_failed",
+            self.reason,
+            message=s.message,
+            error_reason="shutdown",
+            checkpoint_id=manifest.id,
+            bytes=manifest.total_bytes,
+            **self._timings(manifest),
         )
+
+    def _timings(self, manifest=None) -> dict:
+        """The detail keys every pause outcome carries (docs/metrics.md); ``new_bytes`` is
+        null until a manifest is committed, ``gpu_released_seconds`` until the kernel stopped."""
+        new = int(manifest.doc["totals"].get("new_bytes", 0)) if manifest else None
+        return {
+            **self.clock.report(),
+            "gpu_released_seconds": self.gpu_released,
+            "new_bytes": new,
+        }

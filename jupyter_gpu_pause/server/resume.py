@@ -18,6 +18,7 @@ from ..store.format import iso, utcnow
 from ..units import age_text, count_text
 from .capacity import Grant
 from .errors import AgentFailed, GpuPauseError
+from .metrics import PhaseClock
 from .model import Session
 from .operations import Op, checkpoint_brief, gpu_bytes, gpu_bytes_per_device
 from .pause import failure
@@ -108,6 +109,7 @@ class Resume:
         self.place: float | None = None  # the place held in line, kept if it goes back once
         self.requeued = False
         self.granted_at = None  # when the line granted a GPU (benchmarks: release → next start)
+        self.clock = PhaseClock()  # the events' phase timings (docs/metrics.md)
         op.control = self
 
     async def run(self) -> None:
@@ -127,10 +129,12 @@ class Resume:
 
     async def _restore(self):
         s, lc, into = self.s, self.lc, self.options.into_kernel
+        self.clock.enter("verify")
         manifest = await self._next_valid()
         if manifest is None:
             raise AgentFailed(NONE_VALID, "integrity")
         while True:
+            self.clock.enter("capacity")
             grant = Grant(device="none") if into else await self._capacity(manifest)
             s.state, s.queue_position, s.waiting = "restoring", None, None
             s.device = None if grant.device == "none" else grant.device
@@ -140,6 +144,7 @@ class Resume:
             s.message = "Restoring" + (" on the CPU" if grant.device == "cpu" else "")
             s.progress = {"phase": "starting", "done_bytes": 0, "total_bytes": manifest.total_bytes}
             await lc.table.persist(s)
+            self.clock.enter("start")
             if into:
                 kid = into
             else:
@@ -155,6 +160,7 @@ class Resume:
                 await self._back_in_line(e)
                 continue
             check_restore_report(report)
+            self.clock.enter("attach")
             await lc.bridge.attach(s.path, s.name, s.type, s.kernel_name, kid)
             return manifest, kid, report, grant
 
@@ -163,6 +169,9 @@ class Resume:
         lc = self.lc
         device = "any" if grant.any else {"gpu": "gpu", "cpu": "cpu"}.get(grant.device, "any")
         while True:
+            self.clock.enter("verify")
+            fallbacks = await self._fallbacks()
+            self.clock.enter("start")  # until the new kernel answers (on_sent)
             try:
                 report = await lc.bridge.run_agent(
                     kid,
@@ -173,9 +182,11 @@ class Resume:
                         "store_options": lc.settings.store_options,
                         "store_timeout": lc.settings.store_timeout,
                         "device": device,
-                        "fallbacks": await self._fallbacks(),
+                        "fallbacks": fallbacks,
                     },
-                    lc.on_progress(self.s),
+                    # the agent reads every blob first: its last "reading" progress ends that
+                    self.clock.follow(lc.on_progress(self.s), "reading", "read", "unpickle"),
+                    on_sent=lambda: self.clock.enter("read"),
                 )
                 return manifest, report
             except AgentFailed as e:
@@ -184,6 +195,7 @@ class Resume:
                 self.refused.append(
                     {"checkpoint_id": manifest.id, "message": e.message, "check": e.check}
                 )
+                self.clock.enter("verify")
                 manifest = await self._next_valid()
                 if manifest is None:
                     raise AgentFailed(NONE_VALID, "integrity") from e
@@ -343,6 +355,7 @@ class Resume:
     # -- outcomes -------------------------------------------------------------------------------
     async def _resumed(self, manifest, kid: str, report: dict, grant: Grant) -> None:
         s, lc = self.s, self.lc
+        timings = self.clock.report()  # usable from here: restored and attached
         await lc.table.merge_into(s, kid)  # the record of into_kernel merges into this one
         placed = set(report.get("devices", {}).values())
         if grant.any and placed == {"cpu"}:  # "any" with no GPU visible after all
@@ -374,13 +387,16 @@ class Resume:
             waited_seconds=round(self.waited, 3),
             granted_at=iso(self.granted_at) if self.granted_at else None,
             message=s.message,
+            **timings,
         )
 
     async def _cancelled(self) -> None:
         s = self.s
         s.state, s.message, s.device, s.grant = "paused", "Resume cancelled", None, None
         await self.lc.table.persist(s)
-        await self.lc.table.record_event(s, "cancelled", "user", message=s.message)
+        await self.lc.table.record_event(
+            s, "cancelled", "user", message=s.message, operation="resume", **self.clock.report()
+        )
 
     async def _failed(self, e: BaseException) -> None:
         s = self.s
@@ -403,5 +419,11 @@ class Resume:
         s.message = f"Resume failed: {text}. The checkpoints are unchanged."
         await self.lc.table.persist(s)
         await self.lc.table.record_event(
-            s, "resume_failed", "user", message=text, error_reason=reason, refused=self.refused
+            s,
+            "resume_failed",
+            "user",
+            message=text,
+            error_reason=reason,
+            refused=self.refused,
+            **self.clock.report(),
         )
