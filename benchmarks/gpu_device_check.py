@@ -41,7 +41,7 @@ stop = time.time() + float(__import__("sys").argv[1])
 def loop():
     while time.time() < stop:
         x @ x
-    torch.cuda.synchronize()
+        torch.cuda.synchronize()  # else the queue outlives the loop: the GPU stays busy
 threading.Thread(target=loop, daemon=True).start()
 print("ready", flush=True)
 time.sleep(float(__import__("sys").argv[1]) + 30)
@@ -86,7 +86,11 @@ def nvml_checks() -> None:
             usage.utilization >= policy.gpu_idle_below,
             f"{usage.utilization}%",
         )
-        time.sleep(busy_for + 5)
+        time.sleep(busy_for + 2)
+        # The probe reports the highest use since its last look (busy then = not idle): one
+        # look closes the window that still holds the loop, the next sees the quiet GPU.
+        probe.sample({"s": process_tree(child.pid)})
+        time.sleep(3)
         usage = probe.sample({"s": process_tree(child.pid)}).get("s")
         check(
             "after the loop the GPU counts as idle", usage.utilization < 5, f"{usage.utilization}%"

@@ -64,6 +64,7 @@ class NvmlProbe(GpuProbe):
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         self._nvml = None
+        self._last_seen: dict[str, int] = {}  # per device: newest utilisation sample seen
         try:
             import pynvml
 
@@ -122,6 +123,29 @@ class NvmlProbe(GpuProbe):
                 )
         return notes
 
+    def _utilization(self, h, uuid: str, procs) -> dict[int, float]:
+        """Each process's highest SM utilisation since this device's last look.
+
+        NVML buffers samples for several seconds; asking from the last sample seen gives this
+        pass's window only, and its highest value means "busy at some point since the last
+        pass" (a kernel that just finished a cell is not idle). No sample in the window
+        (NOT_FOUND) means no process used the GPU: 0, not the device's figure, which other
+        processes may make. Only a GPU that cannot tell per process falls back to the device's.
+        """
+        n = self._nvml
+        try:
+            samples = n.nvmlDeviceGetProcessUtilization(h, self._last_seen.get(uuid, 0))
+        except n.NVMLError_NotFound:
+            return {}
+        except n.NVMLError:
+            device_util = n.nvmlDeviceGetUtilizationRates(h).gpu
+            return {p.pid: device_util for p in procs}
+        util: dict[int, float] = {}
+        for smp in samples:
+            util[smp.pid] = max(util.get(smp.pid, 0), smp.smUtil)
+            self._last_seen[uuid] = max(self._last_seen.get(uuid, 0), smp.timeStamp)
+        return util
+
     def sample(self, pids_by_key):
         if not self.available:
             return {}
@@ -134,13 +158,7 @@ class NvmlProbe(GpuProbe):
                 procs = n.nvmlDeviceGetComputeRunningProcesses(h)
             except n.NVMLError:
                 continue
-            util_by_pid = {}
-            try:
-                for s in n.nvmlDeviceGetProcessUtilization(h, 0):
-                    util_by_pid[s.pid] = s.smUtil
-            except n.NVMLError:  # not supported on every GPU: fall back to the device's
-                device_util = n.nvmlDeviceGetUtilizationRates(h).gpu
-                util_by_pid = {p.pid: device_util for p in procs}
+            util_by_pid = self._utilization(h, uuid, procs)
             for p in procs:
                 key = owner.get(p.pid)
                 if key is None:
