@@ -10,6 +10,7 @@ instance (see its docstring). These tests fail loudly when jupyter_server change
 from __future__ import annotations
 
 import inspect
+import json
 
 from jupyter_server.services.kernels.kernelmanager import MappingKernelManager
 from jupyter_server.services.sessions.sessionmanager import SessionManager
@@ -44,3 +45,32 @@ async def test_the_culler_is_wrapped_while_we_run_and_given_back_at_stop(lab):
     await monitor.stop()
     assert "cull_kernel_if_idle" not in vars(km)
     assert km.cull_kernel_if_idle.__func__ is type(km).cull_kernel_if_idle
+
+
+async def test_jupyterlabs_temporary_session_name_never_renames_a_tracked_session(lab):
+    # Given a tracked notebook session
+    s = await lab.open_notebook("exp/train.ipynb")
+    # When JupyterLab reattaches the notebook to that kernel as it does (sessioncontext.ts): a
+    # second Jupyter session on the kernel, named by a bare UUID in the notebook's folder
+    temp = "exp/0f8e4c1a-3b2d-4e5f-8a9b-0c1d2e3f4a5b"
+    r = await lab.fetch(
+        "api",
+        "sessions",
+        method="POST",
+        body=json.dumps(
+            {"path": temp, "type": "notebook", "name": "", "kernel": {"id": s["kernel_id"]}}
+        ),
+    )
+    temp_session = json.loads(r.body)
+    # Then our session keeps the notebook's path, however often the table refreshes
+    for _ in range(3):
+        assert (await lab.session(s["id"]))["path"] == "exp/train.ipynb"
+    # And once Lab renames its session and drops the old one, the path is still the notebook's
+    await lab.fetch(
+        "api",
+        "sessions",
+        temp_session["id"],
+        method="PATCH",
+        body=json.dumps({"path": "exp/train.ipynb"}),
+    )
+    assert (await lab.session(s["id"]))["path"] == "exp/train.ipynb"

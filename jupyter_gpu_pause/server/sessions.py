@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import posixpath
+import re
 from collections.abc import Callable
 
 from .errors import NotFound
@@ -18,6 +19,15 @@ from .kernels import KernelBridge
 from .model import RUNNING, Session
 from .operations import Operations
 from .records import Records, new_event
+
+# JupyterLab opens a notebook's session under a bare UUID in its folder, then renames it to the
+# notebook's path (SessionContext: a race on the server otherwise); while both exist for one
+# kernel, a tracked session keeps its real path.
+_TEMPORARY = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def temporary_path(path: str) -> bool:
+    return _TEMPORARY.fullmatch(posixpath.basename(path)) is not None
 
 
 class SessionTable:
@@ -60,11 +70,14 @@ class SessionTable:
         live = await self.bridge.jupyter_sessions()
         by_kernel = {s.kernel_id: s for s in self.sessions.values() if s.kernel_id}
         busy_kernels = self.ops.kernel_ids()
+        paths: dict[str, list[str]] = {}  # a kernel's Jupyter sessions, by path
+        for js in live:
+            paths.setdefault(js["kernel"]["id"], []).append(js["path"])
         for js in live:
             kid = js["kernel"]["id"]
             known = by_kernel.get(kid)
             if known:
-                if known.path != js["path"]:
+                if known.path not in paths[kid] and not temporary_path(js["path"]):
                     known.path, known.cwd = js["path"], posixpath.dirname(js["path"])
                     await self.records.save(known)
                 continue
