@@ -57,7 +57,7 @@ const core: JupyterFrontEndPlugin<IGpuPause> = {
       serverSettings: app.serviceManager.serverSettings,
       trans
     });
-    const service = new GpuPauseService(api);
+    const service = new GpuPauseService(api, app.serviceManager.events.stream);
     const { model } = service;
 
     addCommands({

@@ -1,13 +1,14 @@
 /**
- * Every tracked session and the lifecycle events, kept fresh by one poll
- * that the panel, the notebook toolbars, the status bar and the
- * notifications all share. No DOM here.
+ * Every tracked session and the lifecycle events, kept fresh by the
+ * server's event bus and one poll that the panel, the notebook toolbars,
+ * the status bar and the notifications all share. No DOM here.
  */
 import { IDisposable } from '@lumino/disposable';
 import { IPoll, Poll } from '@lumino/polling';
 import { ISignal, Signal } from '@lumino/signaling';
 
 import { GpuPauseAPI, GpuPauseError } from './api';
+import { Emissions, IBurst, LifecycleEventBus } from './eventbus';
 import { IEvent, ISession, SessionState } from './tokens';
 
 /**
@@ -19,6 +20,21 @@ const MAX_BACKOFF_MS = 5 * 60 * 1000;
  * Poll interval while an operation runs, so progress bars move.
  */
 const BUSY_INTERVAL_MS = 1000;
+
+/**
+ * Poll interval while the event bus delivers and nothing is in progress or
+ * about to happen: the poll is then only a fallback, for what changes
+ * without an event (idle time, GPU use) and for events the bus missed.
+ */
+const QUIET_INTERVAL_MS = 30 * 1000;
+
+/**
+ * How long after an event the poll keeps the user's interval. The server
+ * may finish what an event announces a moment later: a warning's countdown
+ * (`pause_at`) shows at the idle monitor's next pass, after the `warned`
+ * event; a new kernel's notebook session is saved after its start event.
+ */
+const SETTLE_MS = 60 * 1000;
 
 /**
  * How far back the first events request looks; its events are not
@@ -48,6 +64,12 @@ export interface ISessionsModelOptions {
   api: ISessionsAPI;
   /** Seconds between two refreshes when nothing is in progress. */
   refreshInterval: number;
+  /**
+   * jupyter_server's event stream (`serviceManager.events.stream`): each
+   * lifecycle event on it refreshes the model at once. Without it the
+   * model only polls.
+   */
+  events?: Emissions;
 }
 
 /**
@@ -59,9 +81,14 @@ export type Availability = 'unknown' | 'available' | 'missing';
  * All jupyter_gpu_pause sessions of the server, and the events since the
  * page loaded.
  *
- * It polls while the page is visible, every second while a pause or resume
- * runs, backs off on errors, and stops for good when the server extension
- * is missing. Signals fire only on real changes, so views do not flicker.
+ * It refetches as soon as the server's event bus brings a lifecycle event
+ * (one refetch per burst). It also polls while the page is visible: every
+ * second while a pause or resume runs or a resume waits (progress and the
+ * queue move without events), at the user's interval while a countdown to
+ * a pause shows, for a minute after an event, or while the bus is not known
+ * to work, and every 30 s otherwise.
+ * It backs off on errors and stops for good when the server extension is
+ * missing. Signals fire only on real changes, so views do not flicker.
  */
 export class SessionsModel implements IDisposable {
   constructor(options: ISessionsModelOptions) {
@@ -74,6 +101,14 @@ export class SessionsModel implements IDisposable {
       name: 'jupyter-gpu-pause:sessions',
       standby: 'when-hidden'
     });
+    if (options.events) {
+      this._bus = new LifecycleEventBus({ stream: options.events });
+      this._bus.received.connect(this._onBusEvents, this);
+      this._bus.liveChanged.connect(this._onLiveChanged, this);
+      if (typeof document !== 'undefined') {
+        document.addEventListener('visibilitychange', this._onVisibility);
+      }
+    }
   }
 
   /**
@@ -104,6 +139,14 @@ export class SessionsModel implements IDisposable {
    */
   get isDisposed(): boolean {
     return this._poll.isDisposed;
+  }
+
+  /**
+   * Whether lifecycle events arrive from the server's event bus, so the
+   * poll is only a fallback while nothing is happening.
+   */
+  get eventsLive(): boolean {
+    return this._bus?.live ?? false;
   }
 
   /**
@@ -198,6 +241,7 @@ export class SessionsModel implements IDisposable {
    * rejects on failure so the poll backs off.
    */
   async fetch(): Promise<void> {
+    this._fetching++;
     try {
       const [sessions, events] = await Promise.all([
         this._api.listSessions(),
@@ -206,6 +250,8 @@ export class SessionsModel implements IDisposable {
       this._setAvailability('available', null);
       this._setSessions(sessions);
       this._takeEvents(events);
+      // (the time since the last event counts too: recompute every time)
+      this._poll.frequency = this._frequency();
     } catch (error) {
       if (error instanceof GpuPauseError && error.serverExtensionMissing) {
         this._setAvailability('missing', error.message);
@@ -215,6 +261,9 @@ export class SessionsModel implements IDisposable {
       const message = error instanceof Error ? error.message : String(error);
       this._setAvailability(this._availability, message);
       throw error;
+    } finally {
+      this._fetching--;
+      this._refetchIfStale();
     }
   }
 
@@ -225,9 +274,73 @@ export class SessionsModel implements IDisposable {
     if (this.isDisposed) {
       return;
     }
+    // Stopping clears the poll's pending timeout, which dispose leaves.
+    void this._poll.stop();
     this._poll.dispose();
+    if (this._bus && typeof document !== 'undefined') {
+      document.removeEventListener('visibilitychange', this._onVisibility);
+    }
+    this._bus?.dispose();
     this._setTimer(false);
     Signal.clearData(this);
+  }
+
+  /**
+   * The bus brought lifecycle events: refetch now. A fetch already running
+   * may have read the sessions before the change, so it is followed by
+   * another one instead. Kernel actions alone only bring the next poll
+   * forward to the user's interval: a new notebook's session is not
+   * complete when its kernel starts (Lab renames it just after), so a fetch
+   * at that moment would show it half made.
+   */
+  private _onBusEvents(_: LifecycleEventBus, burst: IBurst): void {
+    this._settleUntil = Date.now() + SETTLE_MS;
+    if (!this._started || this._availability === 'missing') {
+      return;
+    }
+    if (this._fetching > 0) {
+      this._stale = this._stale || burst.events.length > 0;
+      return;
+    }
+    if (burst.events.length) {
+      void this.refresh();
+    } else if (
+      this._poll.state.phase !== 'stopped' &&
+      this._poll.state.interval > this._interval
+    ) {
+      void this._poll.schedule({ interval: this._interval, phase: 'resolved' });
+    }
+  }
+
+  /**
+   * The poll stands by while the page is hidden, so events that came
+   * meanwhile refreshed nothing: catch up when the user comes back rather
+   * than at the next quiet poll.
+   */
+  private _onVisibility = (): void => {
+    if (document.visibilityState === 'visible' && !this.isDisposed) {
+      void this.refresh();
+    }
+  };
+
+  private _onLiveChanged(): void {
+    this._poll.frequency = this._frequency();
+  }
+
+  /**
+   * Refetch once the running poll tick has settled, if an event came while
+   * it fetched. (A refresh asked for during a refresh tick is dropped by
+   * the poll, hence the wait for the tick.)
+   */
+  private _refetchIfStale(): void {
+    if (!this._stale || this.isDisposed) {
+      return;
+    }
+    this._stale = false;
+    this._poll.tick.then(
+      () => this.refresh(),
+      () => undefined
+    );
   }
 
   private _eventsSince(): string {
@@ -261,6 +374,11 @@ export class SessionsModel implements IDisposable {
       this._cursor = new Date(Date.now() - 60 * 1000).toISOString();
     }
     if (!first && fresh.length) {
+      // An event the bus should have brought and did not: its websocket
+      // closed. Poll as usual until it brings something again.
+      if (this._bus?.live && fresh.some(e => !this._bus!.delivered(e))) {
+        this._bus.markLost();
+      }
       this._eventsReceived.emit(fresh);
     }
   }
@@ -300,26 +418,42 @@ export class SessionsModel implements IDisposable {
     this._changed.emit();
   }
 
+  /**
+   * Fast while something moves without events (progress, queue position),
+   * the user's interval while a countdown shows, just after an event, or
+   * while the bus is not known to work; slow when the bus would tell of any
+   * change that matters.
+   */
   private _frequency(): IPoll.Frequency {
     const busy = this._sessions.some(s => TRANSITIONAL.includes(s.state));
+    const quiet =
+      this.eventsLive &&
+      Date.now() >= this._settleUntil &&
+      !this._sessions.some(s => s.pause_at !== null);
     const interval = busy
       ? Math.min(BUSY_INTERVAL_MS, this._interval)
-      : this._interval;
+      : quiet
+        ? Math.max(QUIET_INTERVAL_MS, this._interval)
+        : this._interval;
     return { interval, backoff: true, max: Math.max(interval, MAX_BACKOFF_MS) };
   }
 
   private _api: ISessionsAPI;
   private _availability: Availability = 'unknown';
+  private _bus: LifecycleEventBus | null = null;
   private _changed = new Signal<this, void>(this);
   private _clock = new Signal<this, void>(this);
   private _cursor: string | null = null;
   private _eventsReceived = new Signal<this, IEvent[]>(this);
+  private _fetching = 0;
   private _interval: number;
   private _lastError: string | null = null;
   private _poll: Poll;
   private _seen = new Set<string>();
   private _sessions: ISession[] = [];
   private _sessionsText = '[]';
+  private _settleUntil = 0;
+  private _stale = false;
   private _started = false;
   private _timer: ReturnType<typeof setInterval> | null = null;
 }

@@ -5,6 +5,7 @@
 import { ISignal, Signal } from '@lumino/signaling';
 
 import { GpuPauseAPI } from './api';
+import type { Emissions } from './eventbus';
 import { SessionsModel } from './model';
 import { DEFAULT_SETTINGS, IGpuPause, IGpuPauseSettings } from './tokens';
 
@@ -12,10 +13,19 @@ import { DEFAULT_SETTINGS, IGpuPause, IGpuPauseSettings } from './tokens';
  * The implementation of {@link IGpuPause}.
  */
 export class GpuPauseService implements IGpuPause {
-  constructor(readonly api: GpuPauseAPI) {
+  /**
+   * @param api - the REST client.
+   * @param events - jupyter_server's event stream, for updates as they
+   *   happen; without it the model only polls.
+   */
+  constructor(
+    readonly api: GpuPauseAPI,
+    events?: Emissions
+  ) {
     this.model = new SessionsModel({
       api,
-      refreshInterval: DEFAULT_SETTINGS.refreshInterval
+      refreshInterval: DEFAULT_SETTINGS.refreshInterval,
+      events
     });
   }
 

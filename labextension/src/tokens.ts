@@ -354,6 +354,19 @@ export interface IEvent {
 }
 
 /**
+ * A lifecycle event as jupyter_server's event bus carries it: the event,
+ * plus where the session stands after it.
+ */
+export interface ILifecycleEmission extends IEvent {
+  /** Path of the session's notebook or console. */
+  path: string | null;
+  /** The session's state after the event. */
+  state: SessionState | string | null;
+  /** The session's kernel after the event; `null` while it has none. */
+  kernel_id: string | null;
+}
+
+/**
  * An admin's idle policy, as in force on the server.
  */
 export interface IPolicy {
