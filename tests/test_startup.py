@@ -118,6 +118,11 @@ BAD_CONFIGS = [
         ["WebhookSender.max_attempt is not a setting", "did you mean 'max_attempts'"],
     ),
     (
+        "webhook-attempts-zero",
+        "c.WebhookSender.max_attempts = 0",
+        ["WebhookSender.max_attempts = 0: must be >= 1"],
+    ),
+    (
         "zero-shutdown-grace",
         "c.GpuPauseApp.shutdown_grace_seconds = 0",
         ["GpuPauseApp.shutdown_grace_seconds = 0", "more than 0 seconds"],

@@ -421,6 +421,7 @@ class GpuPauseApp(ExtensionApp):
             )
         self.capacity_provider_class(parent=self)
         StoreMaintenance(parent=self)
+        WebhookSender([], None, "", "", parent=self)  # its c.WebhookSender.* values
         FolderQueue(self._queue_folder, "", "", "", parent=self).close_now()
         if os.environ.get("JUPYTER_TOKEN"):
             self.log.warning(

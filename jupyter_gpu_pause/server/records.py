@@ -10,11 +10,14 @@ import asyncio
 import json
 import os
 import sqlite3
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ..store.format import iso, utcnow
 from ..store.private import private_file
 from .model import Session
+
+LOCK_TIMEOUT = 30  # seconds to wait for another connection's lock on the database
 
 MIGRATIONS = [
     """
@@ -54,6 +57,24 @@ def _migrate(db: sqlite3.Connection) -> None:
         raise
 
 
+def _wal(db: sqlite3.Connection) -> None:
+    """Put the database in WAL mode, waiting for others that hold it.
+
+    Switching a new database to WAL needs it to itself, and SQLite answers "database is locked"
+    at once, without its busy timeout, while another server (one data dir, several servers
+    starting together) does the same: so this waits, as the busy timeout would.
+    """
+    deadline = time.monotonic() + LOCK_TIMEOUT
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
+
+
 def new_event(session_id: str, type_: str, reason: str, detail: dict | None = None) -> dict:
     """An event as §8 of the design has it: ``{time, session_id, type, reason, detail}``."""
     return {
@@ -79,8 +100,8 @@ class Records:
             for suffix in ("-wal", "-shm"):
                 if os.path.exists(self.db_path + suffix):
                     private_file(self.db_path + suffix)
-            db = sqlite3.connect(self.db_path, check_same_thread=False, timeout=30)
-            db.execute("PRAGMA journal_mode=WAL")
+            db = sqlite3.connect(self.db_path, check_same_thread=False, timeout=LOCK_TIMEOUT)
+            _wal(db)
             db.execute("PRAGMA synchronous=NORMAL")
             _migrate(db)
             self._db = db
