@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import re
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw]?)")
+_UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
 
 def size_text(n: float) -> str:
     """Decimal units, as disks and cloud bills count them: ``6.1 GB``."""
@@ -27,3 +32,12 @@ def age_text(seconds: float) -> str:
     if s < 48 * 3600:
         return f"{round(s / 3600)} h"
     return f"{round(s / 86400)} d"
+
+
+def duration_seconds(text: str, bare: bool = True) -> float | None:
+    """``90m``, ``2h``, ``7d``, ``1w`` (and, with ``bare``, a plain number of seconds) as
+    seconds; None when ``text`` is not one. One reading for the REST API and the CLI."""
+    m = _DURATION.fullmatch(text.strip().lower())
+    if m is None or (not bare and not m[2]):
+        return None
+    return float(m[1]) * _UNIT_SECONDS[m[2]]

@@ -206,6 +206,19 @@ class Lab:
 
         return await wait_for(done, timeout=60, what="an idle-monitor pass")
 
+    async def pause_and_resume(self, path: str = "nb.ipynb") -> tuple[dict, dict, dict]:
+        """Open ``path`` with ``x = 41`` in its kernel, pause it, resume it: each step waited
+        for and checked. The session as opened, as paused and as resumed."""
+        s = await self.open_notebook(path)
+        await self.run(s["kernel_id"], "x = 41")
+        await self.api("POST", f"sessions/{s['id']}/pause")
+        paused = await self.wait_state(s["id"])
+        assert paused["state"] == "paused", paused
+        await self.api("POST", f"sessions/{s['id']}/resume")
+        resumed = await self.wait_state(s["id"])
+        assert resumed["state"] in ("active", "idle"), resumed
+        return s, paused, resumed
+
     async def session(self, session_id: str) -> dict:
         code, body = await self.api("GET", f"sessions/{session_id}")
         assert code == 200, body

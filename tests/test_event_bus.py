@@ -30,18 +30,10 @@ async def test_subscribers_hear_pause_and_resume(lab, jp_ws_fetch):
         heard.append(data)
 
     lab.app.event_logger.add_listener(schema_id=SCHEMA_ID, listener=listener)
-    s = await lab.open_notebook("exp.ipynb")
-    kid = s["kernel_id"]
-    await lab.run(kid, "x = 41")
     socket = await jp_ws_fetch("api", "events", "subscribe")
 
-    # When the user pauses and resumes the notebook
-    await lab.api("POST", f"sessions/{s['id']}/pause")
-    paused = await lab.wait_state(s["id"])
-    assert paused["state"] == "paused", paused
-    await lab.api("POST", f"sessions/{s['id']}/resume")
-    resumed = await lab.wait_state(s["id"])
-    assert resumed["state"] in ("active", "idle"), resumed
+    # When the user opens a notebook, pauses and resumes it
+    s, paused, resumed = await lab.pause_and_resume("exp.ipynb")
 
     async def both():
         types = [e["type"] for e in heard]

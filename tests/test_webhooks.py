@@ -184,18 +184,6 @@ def app_of(lab):
     return lab.app.extension_manager.extension_points["jupyter_gpu_pause"].app
 
 
-async def pause_and_resume(lab, path: str = "nb.ipynb") -> tuple[dict, dict, dict]:
-    s = await lab.open_notebook(path)
-    await lab.run(s["kernel_id"], "x = 41")
-    await lab.api("POST", f"sessions/{s['id']}/pause")
-    paused = await lab.wait_state(s["id"])
-    assert paused["state"] == "paused", paused
-    await lab.api("POST", f"sessions/{s['id']}/resume")
-    resumed = await lab.wait_state(s["id"])
-    assert resumed["state"] in ("active", "idle"), resumed
-    return s, paused, resumed
-
-
 @pytest.mark.parametrize("hooks", ["retries"], indirect=True)
 async def test_signed_posts_retries_and_gone(hooks, lab):
     # Given three receivers sharing a secret: a good one, one failing its first request with
@@ -204,7 +192,7 @@ async def test_signed_posts_retries_and_gone(hooks, lab):
     before = {r: deliveries(r) for r in ("ok", "failed", "gone")}
 
     # When a notebook is paused and resumed
-    s, paused, resumed = await pause_and_resume(lab)
+    s, paused, resumed = await lab.pause_and_resume()
 
     # Then the good receiver gets both events, each signed, and the signatures verify
     await wait_for(good.has("paused", "resumed"), what="the paused and resumed posts")
@@ -244,7 +232,7 @@ async def test_signed_posts_retries_and_gone(hooks, lab):
     settled = await wait_for(gone_settled, what="the 410 receiver's status")
     assert settled["disabled"] and settled["gone"] == 1 and settled["queued"] == 0, settled
     assert len(gone.posts) == 1 and gone.posts[0]["answered"] == 410
-    s2, *_ = await pause_and_resume(lab, "other.ipynb")
+    s2, *_ = await lab.pause_and_resume("other.ipynb")
 
     async def second_notebook_delivered():
         return all(sum(e["session_id"] == s2["id"] for e in r.events()) >= 2 for r in (good, flaky))
@@ -268,7 +256,7 @@ async def test_slow_or_down_receiver_never_delays_a_pause(hooks, lab):
     slow = hooks.slow
 
     # When a notebook is paused and resumed
-    s, paused, resumed = await pause_and_resume(lab)
+    s, paused, resumed = await lab.pause_and_resume()
 
     # Then both finished while the slow receiver still holds the first event's POST: no
     # operation waited for a webhook

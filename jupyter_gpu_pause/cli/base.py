@@ -3,12 +3,12 @@ turning every outcome into an exit code and one line on stderr (never a tracebac
 
 from __future__ import annotations
 
-import re
 from argparse import ArgumentError
 
 from jupyter_core.application import JupyterApp, base_aliases, base_flags
 from traitlets import Bool, TraitError, Unicode
 
+from ..units import duration_seconds
 from .client import Client, find_server
 from .errors import INTERRUPTED, OK, USAGE, CliError
 from .output import Output
@@ -22,18 +22,16 @@ COMMON_FLAGS = {
     **base_flags,
     "json": ({"Command": {"as_json": True}}, "Print one JSON document (docs/cli.md)."),
 }
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw]?)$")
-_UNIT = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
 def seconds(text: str, what: str) -> float:
     """``3600``, ``90m``, ``2h``, ``1d`` as seconds; CliError(2) otherwise."""
-    m = _DURATION.match(text.strip().lower())
-    if not m:
+    value = duration_seconds(text)
+    if value is None:
         raise CliError(
             f"{what} must be seconds or a duration such as 90m, 2h, 7d; not {text!r}", USAGE
         )
-    return float(m[1]) * _UNIT[m[2]]
+    return value
 
 
 class Command(JupyterApp):

@@ -7,6 +7,7 @@ from datetime import datetime, timedelta, timezone
 
 from traitlets import Bool, Unicode
 
+from ..store.format import iso
 from ..units import size_text
 from .base import COMMON_ALIASES, COMMON_FLAGS, Command, seconds
 from .errors import CliError
@@ -24,8 +25,7 @@ def since_iso(text: str | None) -> str | None:
         back = seconds(text, "--since")
     except CliError:
         return text  # an ISO time: the server checks it, and says so when it is not one
-    t = datetime.now(timezone.utc) - timedelta(seconds=back)
-    return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return iso(datetime.now(timezone.utc) - timedelta(seconds=back))
 
 
 def _event_key(e: dict) -> str:

@@ -10,17 +10,15 @@ writes them all. Hour rows let a report start at any hour ("24h") and still draw
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from datetime import date, datetime, timedelta, timezone
 
 from ..store.format import iso, parse_iso, utcnow
+from ..units import duration_seconds
 from .errors import BadRequest
 
 DEFAULT_WINDOW = timedelta(days=30)
 MAX_DAYS = 90  # longest per-day series a report carries (the latest days of its window)
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw])$")
-_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _KINDS = ("held", "idle", "reclaimed")
 
 
@@ -30,9 +28,9 @@ def parse_since(text: str | None, now: datetime) -> datetime:
         return now - DEFAULT_WINDOW
     raw = text.strip()
     try:
-        m = _DURATION.match(raw.lower())
-        if m:
-            return now - timedelta(seconds=float(m[1]) * _UNIT_SECONDS[m[2]])
+        back = duration_seconds(raw, bare=False)
+        if back is not None:
+            return now - timedelta(seconds=back)
         return parse_iso(raw)
     except (ValueError, OverflowError):
         raise BadRequest(
