@@ -123,6 +123,16 @@ BAD_CONFIGS = [
         ["WebhookSender.max_attempts = 0: must be >= 1"],
     ),
     (
+        "preemption-url-not-http",
+        "c.GpuPauseApp.preemption_notice_url = '169.254.169.254/latest/meta-data'",
+        ["GpuPauseApp.preemption_notice_url = '169.254.169.254/latest/meta-data'", "not an http"],
+    ),
+    (
+        "zero-preemption-poll",
+        "c.GpuPauseApp.preemption_poll_seconds = 0",
+        ["GpuPauseApp.preemption_poll_seconds = 0", "more than 0 seconds"],
+    ),
+    (
         "zero-shutdown-grace",
         "c.GpuPauseApp.shutdown_grace_seconds = 0",
         ["GpuPauseApp.shutdown_grace_seconds = 0", "more than 0 seconds"],
