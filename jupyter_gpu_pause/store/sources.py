@@ -3,21 +3,21 @@
 A source has ``nbytes`` and ``chunk(offset, n)``, which returns a buffer of ``n`` bytes. For
 memory the process can address (bytes, numpy arrays, CPU tensors), a chunk is a slice of a
 memoryview: no copy at all. A device tensor's source (``kernel/capture.py``) copies just that
-chunk to host memory, so a GPU blob never needs its whole size in host RAM.
-
-``Body`` hands a chunk to botocore as a file-like request body: botocore accepts bytes or
-file-like objects, not memoryviews, and ``bytes(chunk)`` would copy every part once more.
+chunk to host memory, so a GPU blob never needs its whole size in host RAM. (``body.Body``
+hands a chunk to an S3 request.) A pass that reads a source in order (hashing it, writing a
+local file) goes through ``chunks``, which lets a GPU storage stream its parts through a few
+reused pinned buffers instead (``kernel/staging.py``).
 """
 
 from __future__ import annotations
 
-import io
+from collections.abc import Iterator
+from contextlib import closing
 from typing import Protocol
 
 from .integrity import StreamingHash, blob_hash
 
 HASH_CHUNK = 64 * 1024 * 1024  # bytes a chunked source is hashed in
-READ = 256 * 1024  # most bytes one read of a Body returns, and one write of it sends
 
 
 class Source(Protocol):
@@ -45,75 +45,25 @@ def as_source(data) -> Source:
     return data if hasattr(data, "chunk") and hasattr(data, "nbytes") else BufferSource(data)
 
 
+def chunks(src: Source, step: int) -> Iterator[memoryview]:
+    """The bytes of ``src`` in order, in parts of at most ``step`` bytes.
+
+    A part is valid only until the next one is asked for: a source with a ``stream(step)`` of
+    its own (a GPU storage) reuses a few host buffers and copies the next parts while the
+    caller works on this one. Close the iterator when stopping early (``contextlib.closing``).
+    """
+    stream = getattr(src, "stream", None)
+    if stream is not None:
+        return stream(step)
+    return (src.chunk(off, min(step, src.nbytes - off)) for off in range(0, src.nbytes, step))
+
+
 def source_hash(src: Source) -> str:
-    """The blob name of a source: in one call over memory, else chunk by chunk."""
+    """The blob name of a source: in one call over memory, else part by part."""
     if isinstance(src, BufferSource):
         return src.hash()
     hasher = StreamingHash()
-    for off in range(0, src.nbytes, HASH_CHUNK):
-        hasher.update(src.chunk(off, min(HASH_CHUNK, src.nbytes - off)))
+    with closing(chunks(src, HASH_CHUNK)) as parts:
+        for part in parts:
+            hasher.update(part)
     return hasher.hexdigest()
-
-
-try:  # s3fs always brings aiohttp (through aiobotocore); a plain file object without it
-    from aiohttp.payload import Payload as _Payload
-except ImportError:  # pragma: no cover
-    _Payload = object
-
-
-class Body(_Payload):
-    """A request body over one memoryview: a seekable file for botocore, and for aiohttp a
-    payload that sends the memory itself.
-
-    botocore reads the body to sign and checksum the request and seeks back. aiohttp would
-    read a file-like body again in executor threads, 256 KiB per hop, copying each piece; with
-    ten requests in flight, glibc kept those threads' freed pieces (one arena per thread), and
-    a 256 MiB pause grew the kernel by some 20 MiB. As its own Payload type (not an
-    ``io.IOBase``, which aiobotocore would wrap) the body hands slices of the memoryview to the
-    socket instead. botocore's reads are cut at READ bytes (it asks for 1 MiB; short reads are
-    part of the file protocol): measured, 2-3 MiB extra for a 256 MiB pause, against 4-5 MiB
-    for 1 MiB reads.
-    """
-
-    def __init__(self, view: memoryview):
-        if _Payload is not object:
-            super().__init__(view, content_type="application/octet-stream")
-        self._view = view
-        self._pos = 0
-        self._size = view.nbytes
-
-    # -- a file, for botocore -------------------------------------------------------------------
-    def __len__(self) -> int:
-        return self._view.nbytes
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def read(self, n: int = -1) -> bytes:
-        n = READ if n is None or n < 0 else min(n, READ)
-        data = bytes(self._view[self._pos : self._pos + n])
-        self._pos += len(data)
-        return data
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._view.nbytes}[whence]
-        self._pos = max(0, base + offset)
-        return self._pos
-
-    def tell(self) -> int:
-        return self._pos
-
-    # -- a payload, for aiohttp -----------------------------------------------------------------
-    def decode(self, encoding: str = "utf-8", errors: str = "strict") -> str:
-        return bytes(self._view).decode(encoding, errors)
-
-    async def write(self, writer) -> None:
-        await self.write_with_length(writer, None)
-
-    async def write_with_length(self, writer, content_length: int | None) -> None:
-        end = self._view.nbytes if content_length is None else min(content_length, len(self))
-        for off in range(0, end, READ):
-            await writer.write(self._view[off : min(off + READ, end)])

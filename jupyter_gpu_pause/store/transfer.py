@@ -1,7 +1,7 @@
 """Blob transfers with S3 (s3fs): parts in parallel, straight from and into the final memory.
 
 A blob larger than one part goes up as a multipart upload whose parts are read from the
-tensor's own memory (``sources.Body``), several at a time; a smaller one is a single PUT. A
+tensor's own memory (``body.Body``), several at a time; a smaller one is a single PUT. A
 read is a set of ranged GETs, several at a time, each streamed into its slice of the final
 buffer. Every request holds one of ``max_concurrency`` slots (s3fs's own option, 10 unless the
 admin sets ``store_options["max_concurrency"]``) for all its attempts, so a request that waits
@@ -20,13 +20,13 @@ from collections.abc import Awaitable, Callable, Iterable
 
 from .bounded import attempts
 from .integrity import StreamingHash, blob_hash
-from .sources import Body, BufferSource, Source
+from .sources import BufferSource, Source
 
 MIB = 1024 * 1024
 PART = 8 * MIB  # bytes per uploaded part; S3 wants at least 5 MiB but for the last
 MAX_PARTS = 10_000  # S3's limit on the parts of one upload
 MAX_SPAN = 64 * MIB  # largest ranged GET (a blob is read in about one GET per slot)
-STREAM = 256 * 1024  # most bytes taken from a response body at a time (see sources.READ)
+STREAM = 256 * 1024  # most bytes taken from a response body at a time (see body.READ)
 WINDOW = 4  # parts a sequential digest fetches ahead (memory: WINDOW * PART)
 
 _background: set = set()  # aborts still running; asyncio keeps only weak references to tasks
@@ -108,6 +108,8 @@ class S3Transfer:
     async def request(self, method: str, body: Callable[[], memoryview] | None = None, **kw):
         """One S3 request with its attempts, holding a slot; ``body`` makes the payload anew
         for each attempt (a device source copies its part to host memory only then)."""
+
+        from .body import Body  # aiohttp, only once something is sent (see body.py)
 
         async def once():
             extra = {"Body": Body(body())} if body is not None else {}
