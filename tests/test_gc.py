@@ -90,7 +90,7 @@ def local_only(store: Store) -> None:
 
 
 # -- writing checkpoints as a pause does ---------------------------------------------------------
-def array(seed: int, n: int = 50_000) -> np.ndarray:
+def array(seed: int, n: int = 300_000) -> np.ndarray:
     return np.random.default_rng(seed).standard_normal(n).astype(np.float32)
 
 
@@ -341,7 +341,7 @@ def intent_of(store: Store, cid: str):
 def reused_blob_setup(store: Store) -> tuple[np.ndarray, str]:
     """An old checkpoint deleted by retention: its big array's blob is unreferenced but the
     notebook still holds the array, so the next pause will reuse the blob."""
-    w = array(7, 200_000)
+    w = array(7, 400_000)
     old = checkpoint(store, "s1", {"w": w})
     checkpoint(store, "s1", {"other": array(8)})
     store.delete_manifest("s1", old["checkpoint_id"])

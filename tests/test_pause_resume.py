@@ -32,7 +32,7 @@ def train_step():
     return loss.item()
 for _ in range(3):
     train_step()
-arr = np.arange(100000, dtype=np.float32).reshape(1000, 100)
+arr = np.arange(300000, dtype=np.float32).reshape(1000, 300)
 config = {"lr": 0.01, "tags": ["a", "b"], "arr": arr}
 double = lambda v: v * 2
 scale = 3

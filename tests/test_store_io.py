@@ -22,6 +22,7 @@ import torch
 import xxhash
 
 from jupyter_gpu_pause.kernel.capture import DeviceSource, make_plan, write_plan
+from jupyter_gpu_pause.kernel.pickling import ARRAY_BLOB_MIN_BYTES
 from jupyter_gpu_pause.store import IntegrityError, Store, StoreError
 from jupyter_gpu_pause.store.bounded import call_bound
 from jupyter_gpu_pause.store.format import blob_path
@@ -336,7 +337,8 @@ def any_store(request, tmp_path):
 
 def test_before_reuse_hears_of_each_batch_before_the_store_is_asked(any_store):
     # Given 70 distinct arrays (two batches of blobs), one of them already in the store
-    ns = {f"a{i}": np.full(4096, i, dtype=np.int64) for i in range(70)}
+    n = ARRAY_BLOB_MIN_BYTES // 8  # each array just big enough to be a blob of its own
+    ns = {f"a{i}": np.full(n, i, dtype=np.int64) for i in range(70)}
     old, _ = any_store.put_blob(ns["a3"])
     late = xxhash.xxh3_128_hexdigest(ns["a66"])
     plan = make_plan(ns, {}, [], "namespace")
@@ -359,7 +361,7 @@ def test_before_reuse_hears_of_each_batch_before_the_store_is_asked(any_store):
     assert {h for h, size in heard[0][1].items() if size is not None} == {old}
     assert all(size is None for size in heard[1][1].values())
     # And the blobs the store had when it was asked, after the hook, were not written again
-    each = 4096 * 8
+    each = n * 8
     assert result["new_bytes"] == (70 - 2) * each + result["pickle"]["bytes"]
 
 

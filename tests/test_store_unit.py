@@ -361,7 +361,7 @@ def capture(store) -> dict:
     """What the kernel's agent reports after writing the blobs of a real capture."""
     ns = {
         "__name__": "__main__",
-        "a": np.arange(100_000, dtype=np.float32),
+        "a": np.arange(300_000, dtype=np.float32),
         "d": {"x": 1},
     }
     plan = make_plan(ns, {}, registered=["a"], mode="namespace")
@@ -392,7 +392,7 @@ def test_signed_manifest_round_trips_through_the_store(store, capture, manifest_
     assert back == doc
     assert (m.session_id, m.id, back["format"]) == (SESSION, manifest_args["checkpoint_id"], FORMAT)
     assert m.blobs == capture["blobs"]
-    assert m.total_bytes == 100_000 * 4 + capture["pickle"]["bytes"]
+    assert m.total_bytes == 300_000 * 4 + capture["pickle"]["bytes"]
     assert [o["name"] for o in m.summary()["objects"]] == ["a", "d"]
     assert store.list_checkpoints(SESSION) == [manifest_args["checkpoint_id"]]
     for h, meta in m.blobs.items():
@@ -799,3 +799,28 @@ def test_private_file_tightens_an_existing_file(tmp_path, file_mode):
     # Then only its owner can read it, and its content is kept
     assert mode(path) == 0o600
     assert path.read_bytes() == b"SQLite format 3\0"
+
+
+# -- prefetch (a resume warms the page cache while its kernel starts) ----------------------------
+
+
+def test_prefetch_reads_the_blobs_in_order_within_its_budget(store):
+    # Given three stored blobs of 200 kB and a hash the store does not have
+    hashes = [store.put_blob(PAYLOAD.tobytes() + bytes([i]))[0] for i in range(3)]
+    missing = "0" * 32
+    size = PAYLOAD.nbytes + 1
+    # When a resume prefetches them all, the missing one among them
+    # Then every stored byte is read, the missing blob left for the restore to report
+    assert store.prefetch([hashes[0], missing, *hashes[1:]], 10 * size, lambda: False) == 3 * size
+    # And a budget of half a blob stops after the first read (8 MiB at most), not at the next blob
+    assert store.prefetch(hashes, size // 2, lambda: False) == size
+    # And once stopped, nothing more is read
+    assert store.prefetch(hashes, 10 * size, lambda: True) == 0
+
+
+def test_prefetch_of_a_remote_store_reads_nothing(tmp_path):
+    # Given a store that is not a local folder (fsspec's in-memory file system)
+    store = Store("memory://prefetch-test")
+    h, _ = store.put_blob(PAYLOAD.tobytes())
+    # When a resume asks to prefetch it, then nothing is read: there is no cache of ours to warm
+    assert store.prefetch([h], 1 << 30, lambda: False) == 0

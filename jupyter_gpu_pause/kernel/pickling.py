@@ -19,7 +19,12 @@ import cloudpickle
 
 PROTOCOL = 3
 _FILE_TYPES = (io.FileIO, io.BufferedReader, io.BufferedWriter, io.BufferedRandom, io.TextIOWrapper)
-ARRAY_BLOB_MIN_BYTES = 16 * 1024
+# A numpy array from this size on is a blob of its own (written once, deduplicated by later
+# pauses); a smaller one goes inline in the pickle stream: each blob costs a file, an fsync and
+# a read-back, which for a DataFrame's columns cost more than their bytes.
+ARRAY_BLOB_MIN_BYTES = 1024 * 1024
+# Types that are never a reference of ours: persistent_id answers them first (it runs per object)
+_PLAIN = frozenset({int, float, str, bytes, bool, type(None), tuple, list, dict, set, complex})
 
 
 def _torch():
@@ -73,17 +78,23 @@ class NamespacePickler(cloudpickle.Pickler):
     namespace again, so rebinding a global changes what the function sees.
     """
 
-    def __init__(self, file, refs: RefTable, user_ns: dict, memo: dict | None):
+    def __init__(self, file, refs: RefTable, user_ns: dict):
         super().__init__(file, protocol=PROTOCOL)
         self.refs = refs
         self.user_ns = user_ns
         self.globals_ref[id(user_ns)] = user_ns
-        if memo:
-            self.memo = memo
+        # Looked up once: persistent_id runs for every object of the graph
+        torch, np = _torch(), _numpy()
+        self._typed = torch.storage.TypedStorage if torch is not None else None
+        self._untyped = torch.UntypedStorage if torch is not None else None
+        self._ndarray = np.ndarray if np is not None else None
 
     def persistent_id(self, obj):
         if obj is self.user_ns:
             return ("ns",)
+        t = type(obj)
+        if t in _PLAIN:
+            return None
         if isinstance(obj, _FILE_TYPES):
             # cloudpickle would save a read-mode file as its content, which restores as a
             # different object; an open file is kernel state we cannot carry over.
@@ -93,15 +104,11 @@ class NamespacePickler(cloudpickle.Pickler):
                 if name
                 else f"open {type(obj).__name__} cannot be saved"
             )
-        torch = _torch()
-        if torch is not None:
-            t = type(obj)
-            if t is torch.storage.TypedStorage:
-                return ("storage", self.refs.storage_ref(obj._untyped_storage), str(obj.dtype))
-            if t is torch.UntypedStorage:
-                return ("storage", self.refs.storage_ref(obj), None)
-        np = _numpy()
-        if np is not None and type(obj) is np.ndarray and obj.nbytes >= ARRAY_BLOB_MIN_BYTES:
+        if t is self._typed:
+            return ("storage", self.refs.storage_ref(obj._untyped_storage), str(obj.dtype))
+        if t is self._untyped:
+            return ("storage", self.refs.storage_ref(obj), None)
+        if t is self._ndarray and obj.nbytes >= ARRAY_BLOB_MIN_BYTES:
             # A plain dtype (its descr is one text); structured and sub-array dtypes, and
             # object arrays, go through pickle with the rest of the graph.
             plain = obj.dtype.fields is None and obj.dtype.subdtype is None
@@ -111,37 +118,80 @@ class NamespacePickler(cloudpickle.Pickler):
         return None
 
 
-def dump_segment(obj, refs: RefTable, user_ns: dict, memo: dict) -> tuple[bytes, dict]:
-    """Pickle one object on top of ``memo``; returns its bytes and the grown memo.
+class SegmentPickler:
+    """Pickles variables one segment each, all on one pickler and so on one memo.
 
-    On error nothing is kept: the caller still holds the old memo, and ``refs`` is rolled back.
+    One pickler for the whole capture: the memo grows as it goes, never copied (a copy per
+    variable made a namespace of 2 000 variables take seconds, quadratic in its size). A
+    variable that fails to pickle may have memoized objects whose bytes never reached the
+    stream, so the pickler then starts over, replaying the variables that did pickle: costly,
+    but only on that rare path, and the stream stays one a loader can follow.
     """
-    mark = refs.mark()
-    buf = io.BytesIO()
-    try:
-        p = NamespacePickler(buf, refs, user_ns, memo)
-        p.dump(obj)
-        return buf.getvalue(), p.memo.copy()
-    except BaseException:
-        refs.rollback(mark)
-        raise
+
+    def __init__(self, refs: RefTable, user_ns: dict):
+        self.refs, self.user_ns = refs, user_ns
+        self._objects: list = []  # the variables pickled so far, in order
+        self._start()
+
+    def _start(self) -> None:
+        self._buf = io.BytesIO()
+        self._pickler = NamespacePickler(self._buf, self.refs, self.user_ns)
+        self._ends: list[int] = []
+
+    def dump(self, obj) -> int:
+        """Pickle one more variable; returns its segment's size. On error nothing of it is
+        kept (``refs`` rolled back, the stream as before) and the error is raised."""
+        mark = self.refs.mark()
+        start = self._buf.tell()
+        try:
+            self._pickler.dump(obj)
+        except BaseException:
+            self.refs.rollback(mark)
+            done, self._objects = self._objects, []
+            self._start()
+            for o in done:
+                self._dump(o)
+            raise
+        self._objects.append(obj)
+        self._ends.append(self._buf.tell())
+        return self._ends[-1] - start
+
+    def _dump(self, obj) -> None:
+        self._pickler.dump(obj)
+        self._objects.append(obj)
+        self._ends.append(self._buf.tell())
+
+    def segments(self) -> list[bytes]:
+        """The segments, in the order their variables were pickled."""
+        data = self._buf.getbuffer()
+        starts = [0, *self._ends[:-1]]
+        return [bytes(data[a:b]) for a, b in zip(starts, self._ends, strict=True)]
 
 
-class NamespaceUnpickler(pickle.Unpickler):
-    """Resolves the persistent references written by NamespacePickler."""
+class StreamUnpickler(pickle.Unpickler):
+    """The whole pickle stream on one C unpickler: segment after segment on one memo.
 
-    def __init__(self, data: bytes, resolve, previous: pickle.Unpickler | None):
-        super().__init__(io.BytesIO(data))
+    Each segment is loaded from its offset (``load_at``); the memo simply carries on, as a
+    capture's one pickler wrote it. A new unpickler per segment would have to copy the memo
+    into each (the C unpickler takes an assigned memo by copy): quadratic in the variables.
+    """
+
+    def __init__(self, stream: bytes, resolve):
+        self._file = io.BytesIO(stream)  # no peek(): the unpickler reads no further than asked
+        super().__init__(self._file)
         self._resolve = resolve
-        if previous is not None:
-            self.memo = previous.memo
+
+    def load_at(self, offset: int):
+        self._file.seek(offset)
+        return self.load()
 
     def persistent_load(self, pid):
         return self._resolve(pid)
 
 
 class EditableMemoUnpickler(pickle._Unpickler):
-    """NamespaceUnpickler in pure Python, whose memo is a plain dict shared down the chain.
+    """StreamUnpickler in pure Python, one per object, whose memo is a plain dict shared down
+    the chain.
 
     Used only when a checkpoint has a damaged blob: what a damaged object memoized must then
     be forgotten (``restore._forget_damaged``), and the C unpickler's memo cannot be edited
