@@ -11,10 +11,15 @@
    waits (``gpu-memory``, saying the need and the largest free); pausing the first releases its
    memory (NVML) and the second continues by itself, its tensor on cuda with the same values.
 3. CUDA tensors go through capture and restore: back on the GPU bit-identical, or on the CPU
-   with device="cpu".
+   with device="cpu", also through the pinned staging buffers with a blob damaged on disk.
+4. ``bigstate`` (``gpu_bigstate.py``): a 3B-parameter fp16 model (6 GB) paused and resumed
+   through a real server, each phase's GB/s against the copy and disk rates measured in the
+   same run, and the targets: time to usable <= 3 s from the page cache, GPU released <= the
+   D2H time + 1 s (PASS/MISS; a miss fails the run only with ``--strict-targets``).
 
 Prints one line per step and exits non-zero on the first failure. Usage:
-gpu_device_check.py [--only nvml|capacity|roundtrip] [--tensor-gib 4 | --tensor-fraction 0.6]
+gpu_device_check.py [--only nvml|capacity|roundtrip|bigstate] [--tensor-gib 4 | --tensor-fraction
+0.6] [--bigstate-params 3e9] [--strict-targets] [--only bigstate --cpu-rehearsal]
 """
 
 from __future__ import annotations
@@ -105,7 +110,7 @@ def cuda_roundtrip() -> None:
 
     from jupyter_gpu_pause.kernel.capture import make_plan, write_plan
     from jupyter_gpu_pause.kernel.restore import load_blobs, restore_objects
-    from jupyter_gpu_pause.store import Store
+    from jupyter_gpu_pause.store import Store, blob_hash
 
     ns = {"__name__": "__main__"}
     model = torch.nn.Linear(1024, 1024).cuda()
@@ -113,19 +118,37 @@ def cuda_roundtrip() -> None:
         model=model,
         opt=torch.optim.Adam(model.parameters()),
         t=torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16),
+        # four of the pause's 64 MiB pinned parts and a bit, thirteen of the restore's 16 MiB
+        big=torch.randn(50 * MIB + 3, device="cuda"),
     )
     ns["view"] = ns["t"][10:20]
-    store = Store(tempfile.mkdtemp())
+    root = tempfile.mkdtemp()
+    store = Store(root)
     res = write_plan(make_plan(ns, {}, ["model", "opt", "t"], "namespace"), store)
     doc = {
         "checkpoint_id": "gpu",
         "totals": {"bytes": sum(b["bytes"] for b in res["blobs"].values())},
         **res,
     }
-    for device in ("any", "cpu"):
+    name = {k: blob_hash(ns[k].cpu().view(torch.uint8).numpy()) for k in ("t", "big")}
+    check(
+        "captured through pinned buffers: blob names are the hashes of .cpu() bytes",
+        all(h in res["blobs"] for h in name.values()),
+    )
+    for device in ("any", "cpu", None):  # None: load_blobs as the agent called it before
         out = {"__name__": "__main__"}
-        restore_objects(doc, load_blobs(doc, store), out, device)
-        want = "cuda" if device == "any" else "cpu"
+        blobs = load_blobs(doc, store, device=device)
+        staged = [h for h, b in blobs.items() if isinstance(b, torch.Tensor) and b.is_cuda]
+        check(
+            f"device={device}: tensor blobs read straight to the GPU",
+            sorted(staged)
+            == (sorted({s["blob"] for s in doc["storages"]}) if device == "any" else []),
+            f"{len(staged)} of {len(doc['storages'])} storages",
+        )
+        restore_objects(doc, blobs, out, device or "any")
+        del blobs
+        want = "cuda" if device != "cpu" else "cpu"
+        check(f"big bit-identical on {want}", torch.equal(out["big"].cpu(), ns["big"].cpu()))
         check(f"restored on {want}", out["t"].device.type == want, str(out["t"].device))
         check(f"bit-identical on {want}", torch.equal(out["t"].cpu(), ns["t"].cpu()))
         check(
@@ -136,6 +159,27 @@ def cuda_roundtrip() -> None:
             f"optimizer linked on {want}",
             out["opt"].param_groups[0]["params"][0] is out["model"].weight,
         )
+    # A blob damaged on disk: read to the GPU, it is bad, its memory given back, and only the
+    # objects that need it fail
+    path = Path(root) / "v1" / "blobs" / name["big"][:2] / name["big"]
+    data = bytearray(path.read_bytes())
+    data[len(data) // 3] ^= 0x10
+    path.write_bytes(bytes(data))
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    bad: dict = {}
+    blobs = load_blobs(doc, store, bad=bad, device="any")
+    held = torch.cuda.memory_allocated() - before
+    check(
+        "a damaged blob read to the GPU is bad and holds no GPU memory",
+        list(bad) == [name["big"]] and held < ns["big"].nbytes,
+        f"bad {[e.check for e in bad.values()]}, {held} bytes held by the other blobs",
+    )
+    out = {"__name__": "__main__"}
+    report = restore_objects(doc, blobs, out, "any", bad)
+    failed = [f["name"] for f in report["failed"]]
+    check("only the damaged tensor fails", failed == ["big"], str(report["failed"]))
+    check("the rest restored on cuda", out["t"].is_cuda and torch.equal(out["t"], ns["t"]))
 
 
 # -- the NVML capacity provider through a real server ------------------------------------------
@@ -424,7 +468,18 @@ def capacity_check(tensor_gib: float, tensor_fraction: float | None) -> None:
         shutil.rmtree(root, ignore_errors=True)
 
 
-CHECKS = {"nvml": nvml_checks, "capacity": capacity_check, "roundtrip": cuda_roundtrip}
+def bigstate_check(params: float = 3e9, strict: bool = False, rehearsal: bool = False) -> bool:
+    from gpu_bigstate import run
+
+    return run(params, strict, rehearsal)
+
+
+CHECKS = {
+    "nvml": nvml_checks,
+    "capacity": capacity_check,
+    "roundtrip": cuda_roundtrip,
+    "bigstate": bigstate_check,
+}
 
 
 def main(argv=None) -> int:
@@ -445,16 +500,37 @@ def main(argv=None) -> int:
         help="capacity check: each tensor this fraction of the GPU's memory "
         "(e.g. 0.6), no ballast; needs disk for two such checkpoints",
     )
+    ap.add_argument(
+        "--bigstate-params",
+        type=float,
+        default=3e9,
+        help="bigstate: parameters of the fp16 model (default 3e9: 6 GB)",
+    )
+    ap.add_argument(
+        "--strict-targets",
+        action="store_true",
+        help="bigstate: exit 1 when a speed target is missed (default: print MISS only)",
+    )
+    ap.add_argument(
+        "--cpu-rehearsal",
+        action="store_true",
+        help="bigstate only: the model on the CPU and NVML skipped, to try it without a GPU",
+    )
     args = ap.parse_args(argv)
+    if args.cpu_rehearsal and args.only != ["bigstate"]:
+        ap.error("--cpu-rehearsal goes with --only bigstate")
     if args.tensor_gib < 1 or not 0 < (args.tensor_fraction or 0.5) < 1:
         ap.error("--tensor-gib must be >= 1 and --tensor-fraction between 0 and 1")
+    met = True
     for name in args.only or list(CHECKS):
         print(f"--- {name}", flush=True)
         if name == "capacity":
             capacity_check(args.tensor_gib, args.tensor_fraction)
+        elif name == "bigstate":
+            met = bigstate_check(args.bigstate_params, args.strict_targets, args.cpu_rehearsal)
         else:
             CHECKS[name]()
-    return 0
+    return 1 if args.strict_targets and not met else 0
 
 
 if __name__ == "__main__":

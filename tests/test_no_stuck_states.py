@@ -16,6 +16,7 @@ import sys
 
 import pytest
 
+from jupyter_gpu_pause.kernel.agent import PROTOCOL
 from tests.fakes import FailingCapacity, FlakySessionManager, StubbornKernelManager
 from tests.test_faults import READBACK, READBACK_OK, STATE, manifests
 
@@ -49,7 +50,7 @@ def _minimal_capture(blob: str) -> dict:
 
 
 def _ok(result) -> dict:
-    return {"protocol": 2, "version": "x", "ok": True, "result": result}
+    return {"protocol": PROTOCOL, "version": "x", "ok": True, "result": result}
 
 
 async def pause(lab, s: dict) -> dict:
@@ -63,8 +64,13 @@ LIES = [
     ("silent", None, "agent-silent", ["did not answer"]),
     ("no-protocol", {"ok": True, "result": {}}, "agent-version", ["protocol"]),
     ("other-protocol", {**_ok({}), "protocol": 99}, "agent-version", ["protocol 99"]),
-    ("no-result", {"protocol": 2, "ok": True}, "bad-agent-reply", ["without a result"]),
-    ("failed-silently", {"protocol": 2, "ok": False}, "bad-agent-reply", ["without saying why"]),
+    ("no-result", {"protocol": PROTOCOL, "ok": True}, "bad-agent-reply", ["without a result"]),
+    (
+        "failed-silently",
+        {"protocol": PROTOCOL, "ok": False},
+        "bad-agent-reply",
+        ["without saying why"],
+    ),
     (
         "path-as-hash",
         _ok({**_minimal_capture("0" * 32), "blobs": {"../../etc/passwd": {"bytes": 1}}}),

@@ -223,6 +223,13 @@ def test_an_open_file_cannot_be_pickled(tmp_path, file_mode):
             SegmentPickler(RefTable(), {}).dump({"log": f})
 
 
+def test_an_empty_namespace_plans_no_segment():
+    # Given a notebook with nothing defined yet, when its pause is planned
+    plan = make_plan({"__name__": "__main__"}, {}, [], "namespace")
+    # Then there is nothing to pickle, and nothing fails
+    assert plan.segments == [] and plan.objects == [] and plan.packages == []
+
+
 def test_a_failed_segment_is_forgotten_and_the_next_one_still_works(tmp_path):
     # Given a list already pickled, and a variable holding bulk data, that list and an open file
     shared = [1, 2, 3]

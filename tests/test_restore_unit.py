@@ -72,6 +72,20 @@ def test_a_damaged_tensor_fails_it_and_what_refers_to_it_only(store, tmp_path):
     assert torch.equal(back["other"], torch.ones(7)) and back["note"] == "kept"
 
 
+def test_a_view_of_a_damaged_tensor_fails_too_never_zeros(store, tmp_path):
+    # Given a tensor and a view of part of it, as two variables (one storage, one blob)
+    t = torch.arange(1000.0)
+    ns = {"t": t, "part": t[10:20].clone(), "view": t[10:20], "note": "kept"}
+    doc = checkpoint(store, ns)
+    # When the tensor's blob is damaged and the checkpoint restored
+    damage(tmp_path / "store", doc, 1000 * 4)
+    back, report = restore(store, doc)
+    # Then the view fails as the tensor does, instead of coming back as zeros
+    failed = {f["name"] for f in report["failed"]}
+    assert failed == {"t", "view"}, report
+    assert "view" not in back and torch.equal(back["part"], torch.arange(10.0, 20.0))
+
+
 def test_a_failed_object_comes_from_an_older_checkpoint_sharing_what_it_shared(store, tmp_path):
     # Given an older checkpoint, then a newer one where the weights changed
     model = torch.nn.Linear(100, 10)

@@ -1,7 +1,8 @@
 """The entry point the server runs inside the kernel, and the channel back to it.
 
 The server sends one silent ``execute_request`` whose code calls ``call`` with a base64 JSON
-request ``{"protocol", "func", "params"}``; ``func`` is ``capture``, ``restore`` or ``check``.
+request ``{"protocol", "func", "params"}``; ``func`` is ``capture``, ``restore``, ``check`` or
+``warm``.
 Progress and the final result travel back as display_data messages with our own MIME types on
 IOPub: frontends ignore them (the request is not theirs) and nothing is added to the user's
 namespace or history. Every result carries the protocol and package version, so a kernel whose
@@ -15,6 +16,7 @@ import json
 import time
 
 from ..store import IntegrityError, Store, StoreError, declare_intent
+from ..store.schema import MAX_TEXT
 from ..units import count_text, size_text
 from . import api
 from .capture import CaptureError, environment, make_plan, write_plan
@@ -24,7 +26,7 @@ MIME_PROGRESS = "application/vnd.jupyter-gpu-pause.progress+json"
 MIME_RESULT = "application/vnd.jupyter-gpu-pause.result+json"
 # The shape of requests and results; bumped whenever either changes. The server refuses a reply
 # of another protocol, the agent a request of another protocol, each saying which versions met.
-PROTOCOL = 2
+PROTOCOL = 3
 
 
 def _shell():
@@ -87,7 +89,7 @@ def call(arg: str) -> None:
             "version of jupyter_gpu_pause in the kernel's environment",
             "agent-version",
         )
-    entry = {"capture": capture, "restore": restore, "check": check}.get(func)
+    entry = {"capture": capture, "restore": restore, "check": check, "warm": warm}.get(func)
     if entry is None:
         return _fail(f"the agent has no function {func!r}", "agent-protocol")
     try:
@@ -133,6 +135,8 @@ def capture(params: dict) -> None:
             before_reuse=lambda hashes: declare_intent(store, cid, hashes),
         )
         result["kernel"], result["origin"] = environment()
+        # what a warm kernel imports before this checkpoint's restore (manifest texts are flat)
+        result["kernel"]["packages"] = ",".join(plan.packages)[:MAX_TEXT]
         result["registered"] = api.registered()
     except CaptureError as e:
         _fail(str(e), e.reason)
@@ -149,9 +153,11 @@ def restore(params: dict) -> None:
     doc = params["manifest"]
     cid = doc.get("checkpoint_id")
     try:
+        _become(params.get("environ") or {}, params.get("cwd"))
         store = _store(params)
         bad: dict = {}
-        blobs = load_blobs(doc, store, progress=_Progress(), bad=bad)
+        device = params.get("device", "any")  # GPU tensors stream straight to the device
+        blobs = load_blobs(doc, store, progress=_Progress(), bad=bad, device=device)
         if doc["pickle"]["blob"] in bad:  # no object can come from it: refuse it whole
             raise bad[doc["pickle"]["blob"]]
 
@@ -159,7 +165,11 @@ def restore(params: dict) -> None:
             """Older checkpoints, read only when an object needs one."""
             for older in params.get("fallbacks") or []:
                 older_bad = {h: e for h, e in bad.items() if h in older["blobs"]}
-                yield older, load_blobs(older, store, bad=older_bad, have=blobs), older_bad
+                yield (
+                    older,
+                    load_blobs(older, store, bad=older_bad, have=blobs, device=device),
+                    older_bad,
+                )
 
         report = restore_objects(
             doc, blobs, _shell().user_ns, params.get("device", "any"), bad, fallbacks()
@@ -185,6 +195,35 @@ def restore(params: dict) -> None:
             )
     api.REGISTRY.last_restore = report
     _ok(report)
+
+
+def _become(environ: dict, cwd: str | None) -> None:
+    """A warm kernel (``server/spares.py``) was started before anyone knew which session it
+    would restore: take on that session's environment and folder before anything reads them
+    (CUDA reads ``CUDA_VISIBLE_DEVICES`` when it initialises, which the restore does later)."""
+    import os
+
+    os.environ.update({str(k): str(v) for k, v in environ.items()})
+    if cwd:
+        os.chdir(cwd)
+
+
+def warm(params: dict) -> None:
+    """Import what a restore will need (this module is imported already), so that a kernel
+    kept warm restores without paying for its imports. A module that is not installed is
+    skipped: the restore will say what it lacks."""
+    import importlib
+
+    imported = []
+    for name in params.get("modules") or []:
+        if not isinstance(name, str) or not name.isidentifier():
+            continue  # top-level package names only
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            continue
+        imported.append(name)
+    _ok({"imported": imported})
 
 
 class CheckReport(dict):

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from ..store import Store
 from ..store.schema import HOOKS_OBJECT
 from ..store.sources import BufferSource, source_hash
-from .pickling import RefTable, dump_segment
+from .pickling import RefTable, SegmentPickler
+from .staging import Staging, cuda_staging, download
 
 IPYTHON_NAMES = frozenset({"In", "Out", "exit", "quit", "get_ipython"})
 MAX_REASON = 500  # characters of an exception's first line kept as the reason of a skip
@@ -43,6 +44,7 @@ class Plan:
     segments: list = field(default_factory=list)
     skipped: list = field(default_factory=list)
     refs: RefTable = field(default_factory=RefTable)
+    packages: list = field(default_factory=list)  # top-level packages of the pickled classes
 
     @property
     def total_bytes(self) -> int:
@@ -84,7 +86,7 @@ def make_plan(
                 names.append((n, False))
             else:  # set through globals(): it could not be restored as a variable anyway
                 plan.skipped.append({"name": repr(n)[:200], "reason": "not a variable name"})
-    memo: dict = {}
+    pickler = SegmentPickler(plan.refs, user_ns)
     for name, required in names:
         value = user_ns[name]
         if isinstance(value, types.ModuleType):
@@ -100,7 +102,7 @@ def make_plan(
             continue
         mark = plan.refs.mark()
         try:
-            data, memo = dump_segment(value, plan.refs, user_ns, memo)
+            size = pickler.dump(value)
         except Exception as e:
             reason = _describe_error(e)
             if required:
@@ -110,43 +112,62 @@ def make_plan(
                 ) from e
             plan.skipped.append({"name": name, "reason": reason})
             continue
-        bulk = sum(_storage_nbytes(s) for s in plan.refs.storages[mark[0] :])
-        bulk += sum(int(a.nbytes) for a in plan.refs.arrays[mark[1] :])
+        bulk = 0
+        if plan.refs.mark() != mark:  # this variable brought bulk data
+            bulk = sum(_storage_nbytes(s) for s in plan.refs.storages[mark[0] :])
+            bulk += sum(int(a.nbytes) for a in plan.refs.arrays[mark[1] :])
         plan.objects.append(
-            {"name": name, "kind": "pickle", "required": required, "bytes": len(data) + bulk}
+            {"name": name, "kind": "pickle", "required": required, "bytes": size + bulk}
         )
-        plan.segments.append(data)
     if hooks and any(hooks.values()):
         try:
-            data, memo = dump_segment(hooks, plan.refs, user_ns, memo)
+            size = pickler.dump(hooks)
             plan.objects.append(
-                {"name": HOOKS_OBJECT, "kind": "hooks", "required": False, "bytes": len(data)}
+                {"name": HOOKS_OBJECT, "kind": "hooks", "required": False, "bytes": size}
             )
-            plan.segments.append(data)
         except Exception as e:
             plan.skipped.append({"name": "on_pause/on_restore hooks", "reason": _describe_error(e)})
+    plan.segments = pickler.segments()
+    plan.packages = pickler.packages()
     return plan
 
 
 class DeviceSource:
     """The bytes of a storage on a GPU (any non-CPU device), copied to host memory one part at
-    a time as the store asks for them, so a pause never holds a whole GPU tensor in host RAM."""
+    a time as the store asks for them, so a pause never holds a whole GPU tensor in host RAM.
 
-    def __init__(self, untyped):
+    The store's passes in order (hashing, writing a local file) ask for ``stream``: with a
+    ``staging`` area the parts go through its pinned buffers, the copy of the next part
+    running while the store hashes or writes this one. ``chunk`` serves parts asked for in
+    any order and kept by requests in flight (S3 uploads): each is a host copy of its own.
+    """
+
+    def __init__(self, untyped, staging: Staging | None = None):
         import torch
 
         self.nbytes = int(untyped.nbytes())
         self._flat = torch.empty(0, dtype=torch.uint8, device=untyped.device)
         self._flat.set_(untyped, 0, (self.nbytes,), (1,))
+        self._staging = staging
 
     def chunk(self, offset: int, n: int) -> memoryview:
         return memoryview(self._flat[offset : offset + n].cpu().numpy())
 
+    def stream(self, step: int):
+        """The bytes in order, each part valid until the next is asked for (``sources.chunks``)."""
+        if self._staging is None:
+            offsets = range(0, self.nbytes, step)
+            return (self.chunk(off, min(step, self.nbytes - off)) for off in offsets)
+        return download(self._staging, self._flat, self.nbytes, step)
 
-def _storage_source(untyped):
-    """A CPU storage is read in place; another device's through DeviceSource."""
+
+def _storage_source(untyped, staging: Staging | None = None):
+    """A CPU storage is read in place; another device's (or one ``staging`` copies, in tests)
+    through DeviceSource."""
     import torch
 
+    if staging is not None and staging.copier.handles(untyped.device):
+        return DeviceSource(untyped, staging)
     if untyped.device.type != "cpu":
         return DeviceSource(untyped)
     n = untyped.nbytes()
@@ -186,7 +207,12 @@ def _batches(blobs: list[_Blob]):
 
 
 def write_plan(
-    plan: Plan, store: Store, progress=None, verify: bool = True, before_reuse=None
+    plan: Plan,
+    store: Store,
+    progress=None,
+    verify: bool = True,
+    before_reuse=None,
+    staging: Staging | None = None,
 ) -> dict:
     """Write every blob of the plan (skipping those already stored) and describe them.
 
@@ -198,9 +224,22 @@ def write_plan(
 
     An interrupt (the server cancelling the pause) ends this at once: requests in flight are
     cancelled and nothing waits for a store that does not answer. The namespace is only read.
+
+    GPU storages are read through ``staging``: by default a few pinned buffers made for this
+    pause and freed at its end (``staging.cuda_staging``); the tests pass a CPU copier.
     """
+    own = staging is None
+    staging = cuda_staging(s.device for s in plan.refs.storages) if own else staging
+    try:
+        return _write(plan, store, progress, verify, before_reuse, staging)
+    finally:
+        if own and staging is not None:
+            staging.close()
+
+
+def _write(plan: Plan, store: Store, progress, verify: bool, before_reuse, staging) -> dict:
     total = plan.total_bytes
-    blobs, pickle_meta = _blobs_of(plan)
+    blobs, pickle_meta = _blobs_of(plan, staging)
     described: dict = {}
     seen: set = set()
     done = new_bytes = 0
@@ -231,12 +270,12 @@ def write_plan(
     return _describe(plan, blobs, pickle_meta, described, new_bytes)
 
 
-def _blobs_of(plan: Plan) -> tuple[list[_Blob], dict]:
+def _blobs_of(plan: Plan, staging: Staging | None) -> tuple[list[_Blob], dict]:
     """Every blob of the plan in manifest order: storages, arrays, then the pickle stream."""
     import_np = sys.modules.get("numpy")
     blobs = []
     for s in plan.refs.storages:
-        blobs.append(_Blob(_storage_source(s), "tensor", {"device": str(s.device)}))
+        blobs.append(_Blob(_storage_source(s, staging), "tensor", {"device": str(s.device)}))
     for a in plan.refs.arrays:
         descr = import_np.lib.format.dtype_to_descr(a.dtype)
         blobs.append(_Blob(_array_source(a), "buffer", {"dtype": descr}))

@@ -88,6 +88,7 @@ class NamespacePickler(cloudpickle.Pickler):
         self._typed = torch.storage.TypedStorage if torch is not None else None
         self._untyped = torch.UntypedStorage if torch is not None else None
         self._ndarray = np.ndarray if np is not None else None
+        self.modules: set[str] = set()  # where the graph's classes come from (``packages``)
 
     def persistent_id(self, obj):
         if obj is self.user_ns:
@@ -95,6 +96,9 @@ class NamespacePickler(cloudpickle.Pickler):
         t = type(obj)
         if t in _PLAIN:
             return None
+        self.modules.add(t.__module__)
+        if t is type:  # a class pickled by reference
+            self.modules.add(getattr(obj, "__module__", None) or "builtins")
         if isinstance(obj, _FILE_TYPES):
             # cloudpickle would save a read-mode file as its content, which restores as a
             # different object; an open file is kernel state we cannot carry over.
@@ -161,10 +165,20 @@ class SegmentPickler:
         self._objects.append(obj)
         self._ends.append(self._buf.tell())
 
+    def packages(self) -> list[str]:
+        """The top-level packages the pickled classes come from (``torch``, ``pandas``): what
+        a warm kernel imports ahead of a restore (``server/spares.py``)."""
+        roots = {m.split(".", 1)[0] for m in self._pickler.modules if isinstance(m, str)}
+        return sorted(
+            r
+            for r in roots
+            if r.isidentifier() and not r.startswith("_") and r != "builtins" and r in sys.modules
+        )
+
     def segments(self) -> list[bytes]:
         """The segments, in the order their variables were pickled."""
         data = self._buf.getbuffer()
-        starts = [0, *self._ends[:-1]]
+        starts = [0, *self._ends][: len(self._ends)]
         return [bytes(data[a:b]) for a, b in zip(starts, self._ends, strict=True)]
 
 

@@ -5,6 +5,9 @@ that does not match its hash (or is missing) is never used: the objects that nee
 so does one whose class is gone; every other object is restored. A failed object is then taken
 from the newest older checkpoint where it restores (``fallbacks``), and the report says, per
 object, which checkpoint it came from.
+
+A tensor bound for a GPU is read from a local store straight into its GPU memory, through a
+few pinned buffers (``staging.py``): the unpickling then finds its storage already in place.
 """
 
 from __future__ import annotations
@@ -12,12 +15,14 @@ from __future__ import annotations
 import importlib
 import pickle
 import sys
+import threading
 import types
 from concurrent.futures import ThreadPoolExecutor, as_completed
 
 from ..store import IntegrityError, Store
 from ..store.format import parse_iso
-from .pickling import EditableMemoUnpickler, NamespaceUnpickler
+from .pickling import EditableMemoUnpickler, StreamUnpickler
+from .staging import DEPTH, RESTORE_BUFFER_BYTES, RESTORE_READERS, Staging, cuda_staging, read_in
 
 
 class RestoreError(Exception):
@@ -63,7 +68,13 @@ def _allocator(doc: dict):
 
 
 def load_blobs(
-    doc: dict, store: Store, progress=None, bad: dict | None = None, have: dict | None = None
+    doc: dict,
+    store: Store,
+    progress=None,
+    bad: dict | None = None,
+    have: dict | None = None,
+    device: str | None = None,
+    staging: Staging | None = None,
 ) -> dict:
     """Read every blob of ``doc`` into memory, checking size and hash.
 
@@ -72,17 +83,56 @@ def load_blobs(
     objects that need it fail. Blobs already in ``have`` (read for a newer checkpoint) are not
     read again. A store that cannot be read (StoreError) always stops the restore. Nothing is
     unpickled before this has returned.
+
+    ``device`` is the resume's ("gpu", "cpu" or "any"; None reads everything into host
+    memory). On a local store, each tensor blob bound for a GPU is streamed into GPU memory
+    of its size (``_to_device``) and comes back as a uint8 tensor there, which
+    ``restore_objects`` takes as the storage itself; a blob that fails its check gives that
+    memory back at once. ``staging`` replaces the CUDA copy engine (the tests' CPU one).
     """
-    alloc = _allocator(doc)
     have = have or {}
     wanted = {h: m for h, m in doc["blobs"].items() if h not in have and h not in (bad or {})}
+    device_map = _device_map(doc["storages"], device) if device is not None else {}
+    own = staging is None
+    if own and store.local:
+        staging = cuda_staging(device_map.values(), RESTORE_READERS * DEPTH, RESTORE_BUFFER_BYTES)
+    targets = _targets(doc, wanted, device_map, staging) if staging and store.local else {}
+    try:
+        data = _read_all(store, doc, wanted, targets, staging, progress, bad)
+    finally:
+        if own and staging is not None:
+            staging.close()
+    return {**{h: b for h, b in have.items() if h in doc["blobs"]}, **data}
+
+
+def _targets(doc: dict, wanted: dict, device_map: dict, staging: Staging) -> dict:
+    """Blob -> device of the tensor blobs to stream straight to their device: those whose
+    storage goes where ``staging`` copies to (an array or the pickle stream needs host bytes)."""
+    host = {a["blob"] for a in doc["arrays"]} | {doc["pickle"]["blob"]}
+    out: dict = {}
+    for s in doc["storages"]:
+        h, target = s["blob"], device_map.get(s["device"]) or "cpu"
+        if h in wanted and h not in host and staging.copier.handles(target):
+            out.setdefault(h, target)
+    return out
+
+
+def _read_all(store, doc, wanted, targets, staging, progress, bad) -> dict:
     total = sum(int(m["bytes"]) for m in wanted.values())
     done = 0
-    data = {h: alloc(int(meta["bytes"])) for h, meta in wanted.items()}
+    alloc = _allocator(doc)
+    data = {h: alloc(int(meta["bytes"])) for h, meta in wanted.items() if h not in targets}
+    placed = _place(targets, wanted, staging)
+    stop = threading.Event()
     # Two readers: a read from the page cache and the hash of the previous buffer both release
     # the GIL, so two threads keep both cores busy (four for a remote store: latency-bound).
-    pool = ThreadPoolExecutor(max_workers=2 if store.local else 4)
+    # Reads to a GPU are bound by the host's reading and hashing too: RESTORE_READERS at once.
+    pool = ThreadPoolExecutor(max_workers=RESTORE_READERS if placed else 2 if store.local else 4)
     futures = {pool.submit(store.read_blob_into, h, buf): h for h, buf in data.items()}
+    futures.update(
+        {pool.submit(_to_device, store, staging, h, dst, stop): h for h, dst in placed.items()}
+    )
+    staged = bool(placed)
     try:
         for f in as_completed(futures):
             h = futures[f]
@@ -91,19 +141,66 @@ def load_blobs(
             except IntegrityError as e:
                 if bad is None:
                     raise
+                _without_frames(e)
                 bad[h] = e
-                del data[h]
+                data.pop(h, None)
+                placed.pop(h, None)  # its GPU memory goes back now
                 continue
             done += int(wanted[h]["bytes"])
             if progress:
                 progress("reading", done, total)
     except BaseException:
         # an interrupt (Cancel) or a failure: do not wait for reads stuck on a frozen store;
-        # they end by themselves within the store's bound
-        pool.shutdown(wait=False, cancel_futures=True)
+        # they end by themselves within the store's bound. Reads to a GPU (a local store) stop
+        # at their next part and are waited for: their copies use buffers freed after this.
+        stop.set()
+        pool.shutdown(wait=staged, cancel_futures=True)
         raise
     pool.shutdown(wait=True)
-    return {**{h: b for h, b in have.items() if h in doc["blobs"]}, **data}
+    return {**data, **placed}
+
+
+def _place(targets: dict, wanted: dict, staging: Staging) -> dict:
+    """Device memory for each blob to stream there; too little of it fails the restore as
+    ``gpu-oom``, as running out while unpickling does."""
+    placed: dict = {}
+    try:
+        for h, target in targets.items():
+            placed[h] = staging.copier.empty(int(wanted[h]["bytes"]), target)
+    except Exception as e:
+        placed.clear()
+        if _out_of_gpu_memory(e):
+            raise RestoreError(
+                f"the GPU ran out of memory while reading the checkpoint's tensors ({e})",
+                "gpu-oom",
+            ) from e
+        raise
+    return placed
+
+
+def _to_device(store: Store, staging: Staging, h: str, dst, stop: threading.Event) -> None:
+    """Blob ``h`` of a local store into its device memory, hashed as it streams (IntegrityError
+    as ``Store.read_blob_into``)."""
+    read_in(staging, store.open_blob(h, dst.numel()), dst, dst.numel(), stop)
+
+
+def _without_frames(e: BaseException | None) -> None:
+    """Drop the tracebacks of ``e`` and its causes: kept in ``bad``, they would keep the
+    reader's frames, and so the blob's buffers (host or GPU memory), alive."""
+    seen: set = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        e.__traceback__ = None
+        e = e.__cause__ or e.__context__
+
+
+def _staged(raw) -> bool:
+    """A blob ``load_blobs`` put on its device (a torch tensor), not host bytes (numpy)."""
+    return hasattr(raw, "untyped_storage")
+
+
+def _host(raw):
+    return raw.cpu().numpy() if _staged(raw) else raw
 
 
 class DamagedBlob(Exception):
@@ -173,23 +270,33 @@ class _Resolver:
             return np.zeros(int(self.doc["blobs"][h]["bytes"]), dtype=np.uint8)
         raw = self.blobs[h]
         if h in self._claimed:
-            return raw.copy()
+            return raw.clone() if _staged(raw) else raw.copy()
         self._claimed.add(h)
         return raw
 
+    def _again(self, h: str) -> None:
+        """A second object sharing a damaged blob's storage or array is damaged too: say so
+        each time (the stand-in is cached, so ``_buffer`` is not asked again)."""
+        if h in self.bad:
+            self.damage.append(str(self.bad[h]))
+
     def _untyped(self, index: int):
-        if index not in self._storages:
+        if index in self._storages:
+            self._again(self.doc["storages"][index]["blob"])
+        else:
             import torch
 
             meta = self.doc["storages"][index]
             raw = self._buffer(meta["blob"])
-            if raw.nbytes:
-                us = torch.from_numpy(raw).untyped_storage()
-            else:
-                us = torch.UntypedStorage(0)
             target = self.device_map.get(meta["device"])
-            if target is not None and meta["blob"] not in self.bad:
-                us = us.cuda(int(target.split(":")[1]))
+            if _staged(raw):  # read into device memory already: it is the storage
+                want = torch.device(target or "cpu")
+                us = (raw if raw.device == want else raw.to(want)).untyped_storage()
+            else:
+                empty = not raw.nbytes
+                us = torch.UntypedStorage(0) if empty else torch.from_numpy(raw).untyped_storage()
+                if target is not None and meta["blob"] not in self.bad:
+                    us = us.cuda(int(target.split(":")[1]))
             self._storages[index] = us
         return self._storages[index]
 
@@ -206,12 +313,14 @@ class _Resolver:
             dtype = getattr(torch, pid[2].split(".", 1)[1])
             return torch.storage.TypedStorage(wrap_storage=us, dtype=dtype, _internal=True)
         if kind == "array":
-            if pid[1] not in self._arrays:
+            if pid[1] in self._arrays:
+                self._again(self.doc["arrays"][pid[1]]["blob"])
+            else:
                 import numpy as np
 
                 meta = self.doc["arrays"][pid[1]]
                 dtype = np.lib.format.descr_to_dtype(meta["dtype"])
-                flat = self._buffer(meta["blob"]).view(dtype)
+                flat = _host(self._buffer(meta["blob"])).view(dtype)
                 self._arrays[pid[1]] = flat.reshape(meta["shape"], order=meta["order"])
             return self._arrays[pid[1]]
         raise pickle.UnpicklingError(f"unknown persistent reference {kind!r}")
@@ -233,10 +342,11 @@ def _rebuild(doc: dict, resolver: _Resolver, want: set | None = None):
     """
     h = doc["pickle"]["blob"]
     damaged = resolver.bad.get(h)
-    stream = b"" if damaged or not doc["pickle"]["bytes"] else resolver.blobs[h].tobytes()
+    stream = b"" if damaged or not doc["pickle"]["bytes"] else _host(resolver.blobs[h]).tobytes()
     left = set(want) if want is not None else None
     previous = None
-    unpickler_class = EditableMemoUnpickler if resolver.bad else NamespaceUnpickler
+    # with every blob sound, one unpickler over the stream; else one per object (see below)
+    whole = None if resolver.bad else StreamUnpickler(stream, resolver)
     for obj in doc["objects"]:
         if left is not None and not left:
             return
@@ -246,12 +356,14 @@ def _rebuild(doc: dict, resolver: _Resolver, want: set | None = None):
                 value = importlib.import_module(obj["module"])
             elif damaged:
                 raise DamagedBlob(str(damaged))
+            elif whole is not None:
+                value = whole.load_at(obj["offset"])
             else:
                 seg = stream[obj["offset"] : obj["offset"] + obj["length"]]
                 # the memo chains on even past a failed object: what it memoized before
                 # failing (a class, a function) is what later objects may refer to
-                previous = unpickler = unpickler_class(seg, resolver, previous)
-                before = set(unpickler.memo) if resolver.bad else ()
+                previous = unpickler = EditableMemoUnpickler(seg, resolver, previous)
+                before = set(unpickler.memo)
                 resolver.damage = []
                 value = unpickler.load()
                 if resolver.damage:

@@ -64,6 +64,7 @@ class Lifecycle:
         # set by the monitor: is a person's cell running? (our agent's requests excluded)
         self.user_busy = None
         self.maintenance = None  # set by the app: StoreMaintenance (retention, writer intents)
+        self.warm = None  # set by the app when warm_kernels is on: spares.WarmKernels
         # Jupyter serves requests before extensions finish starting; until the records are
         # loaded, an empty session list would tell a user their paused work is gone.
         self._started = asyncio.Event()

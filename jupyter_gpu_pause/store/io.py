@@ -304,6 +304,32 @@ class Store:
         if digest != h:
             raise IntegrityError(f"blob {h} does not match its checksum", "blob-hash")
 
+    def prefetch(self, hashes: list[str], budget: int, stop) -> int:
+        """Bring blobs of a local store into the page cache ahead of a restore, in order,
+        until ``budget`` bytes or ``stop()``; returns the bytes read. A remote store has no
+        cache of ours to warm (its reads are already parallel ranged GETs): 0. Best effort:
+        a blob that cannot be read is left for the restore to report."""
+        if not self.local:
+            return 0
+        total = 0
+        for h in hashes:
+            if stop() or total >= budget:
+                break
+            left = budget - total
+            try:
+                total += local.warm(self._p(blob_path(h)), stop, left)
+            except (OSError, ValueError):
+                continue
+        return total
+
+    def open_blob(self, h: str, nbytes: int) -> local.BlobReader:
+        """Blob ``h`` of a local store, opened to be read part by part into buffers the caller
+        chooses and hashed as it goes (the GPU restore); errors as ``read_blob_into``."""
+        if not self.local:
+            raise ValueError("open_blob reads blobs of a local store only")
+        path = self._p(blob_path(h))
+        return local.BlobReader(path, h, nbytes, lambda e: self._wrap("read", path, e))
+
     def _read_ranges(self, path: str, view: memoryview) -> str:
         """A generic store: the blob in ranged reads of PART bytes, each one bounded."""
         size = self._info_size(path)
