@@ -39,6 +39,8 @@ def gp_config(store_dir, tmp_path, request) -> dict:
         "secret_file": str(tmp_path / "secret"),
         # no emergency checkpoint when a test's server is torn down (test_shutdown.py)
         "shutdown_checkpoint": "none",
+        # a warm kernel is one more kernel in Jupyter's list: on where a test asks for it
+        "warm_kernels": False,
     }
     marker = request.node.get_closest_marker("gp_config")
     if marker:

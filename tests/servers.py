@@ -68,6 +68,9 @@ class Server:
                 f"--GpuPauseApp.store_url={tmp / 'store'}",
                 f"--GpuPauseApp.db_path={tmp / 'records.sqlite'}",
                 f"--GpuPauseApp.secret_file={tmp / 'secret'}",
+                # a warm kernel importing torch costs CPU these small VMs do not have to
+                # spare; test_warm_kernels.py turns it on
+                "--GpuPauseApp.warm_kernels=False",
             ]
         self.proc: subprocess.Popen | None = None
         self.starts = 0

@@ -101,6 +101,16 @@ async def test_a_pause_and_a_resume_move_the_metrics(lab):
     assert 0 < d["gpu_released_seconds"] <= d["duration_seconds"]
     assert d["new_bytes"] == ck["new_bytes"] and d["bytes"] == ck["bytes"]
     assert d["checkpoint_id"] == ck["id"] and "message" in d and "skipped" in d
+    # And the session itself keeps that pause as its last operation, timings and all
+    last = (await lab.session(s["id"]))["last_operation"]
+    assert last == {
+        "operation": "pause",
+        "outcome": "paused",
+        "time": paused["time"],
+        "duration_seconds": d["duration_seconds"],
+        "timings": d["timings"],
+        "gpu_released_seconds": d["gpu_released_seconds"],
+    }
 
     # When the user resumes it
     await resume(lab, s["id"])
@@ -116,6 +126,9 @@ async def test_a_pause_and_a_resume_move_the_metrics(lab):
     # And the resumed event says where its time went
     assert_timings(r, RESUME_PHASES, {"verify", "capacity", "start", "read", "attach"})
     assert r["checkpoint_id"] == ck["id"] and "waited_seconds" in r
+    last = (await lab.session(s["id"]))["last_operation"]
+    assert (last["operation"], last["outcome"]) == ("resume", "resumed")
+    assert last["timings"] == r["timings"] and last["gpu_released_seconds"] is None
 
     # When it pauses again, the tensor unchanged
     await pause(lab, s["id"])
@@ -154,6 +167,12 @@ async def test_a_cancelled_pause_counts_as_cancelled(lab):
     assert d["operation"] == "pause" and "message" in d
     assert_timings(d, PAUSE_PHASES, {"wait"})
     assert set(d["timings"]) == {"wait"}
+    last = (await lab.session(s["id"]))["last_operation"]
+    assert (last["operation"], last["outcome"], last["timings"]) == (
+        "pause",
+        "cancelled",
+        d["timings"],
+    )
 
 
 async def test_a_store_failure_counts_a_failed_pause_and_a_store_error(lab, store_dir):

@@ -63,6 +63,7 @@ from .preemption import PreemptionPoller
 from .probes import GpuProbe, NvmlProbe
 from .records import Records
 from .shutdown import EmergencyCheckpoint
+from .spares import WarmKernels
 from .traits import not_negative
 from .webhooks import WebhookSender, signing_key
 
@@ -229,6 +230,18 @@ class GpuPauseApp(ExtensionApp):
         True,
         help="Re-read each newly written blob and check its hash before the kernel is "
         "shut down. Default: True.",
+    ).tag(config=True)
+
+    warm_kernels = Bool(
+        True,
+        help="Keep one kernel started, per kernelspec that has a paused session, with the "
+        "agent and the packages of the paused checkpoints' objects (torch, pandas, ...) "
+        "already imported, and resume into it: a resume then skips starting a kernel and "
+        "its imports (seconds). It holds "
+        "no GPU (CUDA is not initialised until the restore) but host memory (~0.4 GB with "
+        "torch), and Jupyter lists it among its kernels (with no notebook). It takes on the "
+        "resumed notebook's environment (JPY_SESSION_NAME, the capacity grant's variables) "
+        "and folder before restoring. False: every resume starts a new kernel. Default: True.",
     ).tag(config=True)
 
     webhook_urls = List(
@@ -546,6 +559,12 @@ class GpuPauseApp(ExtensionApp):
             return
         self.monitor.start()
         self.maintenance.start()
+        if self.warm_kernels:
+            table = self.lifecycle.table
+            self.lifecycle.warm = WarmKernels(
+                self.lifecycle.bridge, self.log, lambda: list(table.sessions.values())
+            )
+            self.lifecycle.warm.start()
         self.emergency = EmergencyCheckpoint(
             self.lifecycle, self.shutdown_checkpoint, self.shutdown_grace_seconds, self.log
         )
@@ -571,7 +590,9 @@ class GpuPauseApp(ExtensionApp):
                 await self.emergency.run("shutdown")
             except Exception:
                 self.log.exception("jupyter_gpu_pause: the shutdown checkpoint failed")
+        warm = self.lifecycle.warm if self.lifecycle else None
         for step, what in (
+            (warm and warm.stop, "warm kernels"),
             (self.maintenance and self.maintenance.stop, "store maintenance"),
             (self.monitor and self.monitor.stop, "the idle monitor"),
             (self.lifecycle and self.lifecycle.stop, "running operations"),

@@ -13,12 +13,18 @@ at every pause and resume, so putting it back needs no restart.
 from __future__ import annotations
 
 import asyncio
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 
 from ..store import IntegrityError, Signer, Store, StoreError
 from ..store.format import Manifest, build_manifest, parse_manifest
 from ..store.keyfile import create_secret, load_secret
 from .errors import KeyMissing
+
+# A prefetch reads for as long as its blobs take (GiBs from a cold disk: many seconds): they get
+# threads of their own, so twenty resumes at once never fill the default executor, where the
+# next resume's manifest is verified, kernelspecs are found (kernels.start) and GPUs sampled.
+_PREFETCHES = ThreadPoolExecutor(max_workers=2, thread_name_prefix="gpu-pause-prefetch")
 
 
 class Checkpoints:
@@ -157,5 +163,44 @@ class Checkpoints:
                 )
         return out
 
+    def prefetch(self, manifest: Manifest) -> Prefetch:
+        """Start warming the page cache with ``manifest``'s blobs (see ``Prefetch``)."""
+        return Prefetch(self, manifest)
+
     async def delete(self, session_id: str, checkpoint_id: str) -> None:
         await self._io(self.store.delete_manifest, session_id, checkpoint_id)
+
+
+def _available_memory() -> int:
+    """MemAvailable of /proc/meminfo in bytes, or 0 where it cannot be read."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+class Prefetch:
+    """A resume reads its checkpoint's blobs while its new kernel starts.
+
+    A kernel takes seconds to start and import torch before the agent reads a byte; on a local
+    store a worker thread meanwhile reads the blobs into the page cache, so the agent's read
+    (which still checks every hash) comes from memory instead of the disk. It reads at most
+    half of the memory available, never evicting what it just read, and ``stop()`` ends it
+    when the resume ends whatever its outcome.
+    """
+
+    def __init__(self, checkpoints: Checkpoints, manifest: Manifest):
+        self._stopped = False
+        budget = _available_memory() // 2
+        hashes = list(manifest.blobs)
+        self.task = asyncio.get_running_loop().run_in_executor(
+            _PREFETCHES, checkpoints.store.prefetch, hashes, budget, lambda: self._stopped
+        )
+        self.task.add_done_callback(lambda t: t.cancelled() or t.exception())  # best effort
+
+    def stop(self) -> None:
+        self._stopped = True

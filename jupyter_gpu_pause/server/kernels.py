@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import os
 import posixpath
 import queue
 import shutil
@@ -24,7 +25,7 @@ from ..kernel.agent import MIME_PROGRESS, MIME_RESULT, PROTOCOL
 from .errors import AgentFailed, GpuPauseError, KernelDied, WrongState
 
 WATCH_INTERVAL = 0.5
-IOPUB_GRACE = 0.5  # seconds after a shell reply by which its IOPub status arrives, if subscribed
+IOPUB_GRACE = 0.1  # seconds after a shell reply by which its IOPub status arrives, if subscribed
 SHELL_POLL = 0.5  # seconds between two looks at a kernel that has not answered yet
 CANCEL_GRACE = 8.0  # seconds a cancelled agent call may take to unwind after the interrupt
 MAX_MESSAGE = 2000  # characters of an agent's error message passed on to the user
@@ -364,6 +365,16 @@ class KernelBridge:
                 f"a kernel of '{kernel_name}' could not be started ({type(e).__name__}: {e})",
                 "kernel-start",
             ) from e
+
+    def session_environ(self, path: str, name: str, env: dict) -> dict:
+        """What a kernel started for this notebook gets beyond the server's own environment:
+        Jupyter's session variables and the capacity grant's (a warm kernel takes them on)."""
+        full = {**self.sm.get_kernel_env(path, name or None), **env}
+        return {k: v for k, v in full.items() if os.environ.get(k) != v}
+
+    def os_folder(self, cwd: str) -> str:
+        """The folder on disk a kernel started in ``cwd`` (an API path) would run in."""
+        return self.km.cwd_for_path(cwd)
 
     async def shutdown(self, kernel_id: str) -> None:
         """Shut a kernel down; once asked, the shutdown runs to its end even if the caller is

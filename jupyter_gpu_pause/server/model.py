@@ -39,6 +39,8 @@ class Session:
     # None (not placed by a resume); and the grant: {"devices": [GPU UUIDs], "bytes": n}
     device: str | None = None
     grant: dict | None = None
+    # the last pause or resume to end, with where its time went (sessions.OUTCOMES)
+    last_operation: dict | None = None
     progress: dict | None = field(default=None, compare=False)
     queue_position: int | None = field(default=None, compare=False)
     # kept up to date by the idle monitor; meaningless after a restart, so not persisted

@@ -115,7 +115,19 @@ def checkpoint_brief(m) -> dict:
         "skipped": len(m.doc["skipped"]),
         "skipped_objects": m.doc["skipped"],
         "gpu_bytes": gpu_bytes(m),
+        "packages": packages(m),
     }
+
+
+def packages(m) -> list[str]:
+    """The packages a checkpoint's objects come from, which a warm kernel imports ahead of its
+    restore (``spares.py``); ``torch`` for a checkpoint of tensors written before they were
+    recorded."""
+    kernel = m.doc.get("kernel") or {}
+    names = [p for p in str(kernel.get("packages") or "").split(",") if p.isidentifier()]
+    if not names and m.doc.get("storages"):
+        names = ["torch"]
+    return names
 
 
 def gpu_bytes(m) -> int:

@@ -140,6 +140,8 @@ class Pause:
         )
         if self.lc.maintenance:  # retention, once this pause has ended
             self.lc.maintenance.after_pause(s)
+        if self.lc.warm:  # a resume of this kernelspec may come: keep a kernel ready
+            self.lc.warm.nudge()
 
     async def _cancelled(self) -> None:
         if self.op.abandon is not None:  # a stopping server gave up on it (shutdown.py)

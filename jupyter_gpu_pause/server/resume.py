@@ -110,6 +110,8 @@ class Resume:
         self.requeued = False
         self.granted_at = None  # when the line granted a GPU (benchmarks: release → next start)
         self.clock = PhaseClock()  # the events' phase timings (docs/metrics.md)
+        self.prefetch = None  # the page-cache warming of the chosen checkpoint's blobs
+        self.warm = False  # restoring into a warm kernel, which takes on the session's env
         op.control = self
 
     async def run(self) -> None:
@@ -125,6 +127,10 @@ class Resume:
             return
         finally:
             self.s.progress, self.s.queue_position, self.s.waiting = None, None, None
+            if self.prefetch:
+                self.prefetch.stop()
+            if self.lc.warm:  # the session is no longer paused, or is again: look at the pool
+                self.lc.warm.nudge()
         await self._resumed(manifest, kid, report, grant)
 
     async def _restore(self):
@@ -145,10 +151,15 @@ class Resume:
             s.progress = {"phase": "starting", "done_bytes": 0, "total_bytes": manifest.total_bytes}
             await lc.table.persist(s)
             self.clock.enter("start")
+            if self.prefetch is None:  # while the kernel starts (checkpoints.Prefetch)
+                self.prefetch = lc.checkpoints.prefetch(manifest)
             if into:
                 kid = into
             else:
-                kid = self.started = await lc.bridge.start(
+                # a warm kernel (spares.py) has started and imported already: no waiting
+                kid = await lc.warm.take(s.kernel_name) if lc.warm else None
+                self.warm = kid is not None
+                kid = self.started = kid or await lc.bridge.start(
                     s.kernel_name, s.cwd, s.path, s.name, grant.env
                 )
             self.op.kernel_id = kid
@@ -168,6 +179,13 @@ class Resume:
         """Restore into ``kid``, falling back to older checkpoints that verify."""
         lc = self.lc
         device = "any" if grant.any else {"gpu": "gpu", "cpu": "cpu"}.get(grant.device, "any")
+        become = {}
+        if self.warm:  # what bridge.start would have given a new kernel
+            s = self.s
+            become = {
+                "environ": lc.bridge.session_environ(s.path, s.name, grant.env),
+                "cwd": lc.bridge.os_folder(s.cwd),
+            }
         while True:
             self.clock.enter("verify")
             fallbacks = await self._fallbacks()
@@ -183,6 +201,7 @@ class Resume:
                         "store_timeout": lc.settings.store_timeout,
                         "device": device,
                         "fallbacks": fallbacks,
+                        **become,
                     },
                     # the agent reads every blob first: its last "reading" progress ends that
                     self.clock.follow(lc.on_progress(self.s), "reading", "read", "unpickle"),

@@ -30,6 +30,36 @@ def temporary_path(path: str) -> bool:
     return _TEMPORARY.fullmatch(posixpath.basename(path)) is not None
 
 
+# The events that end a pause or a resume, and which operation each ends
+OUTCOMES = {
+    "paused": "pause",
+    "pause_failed": "pause",
+    "resumed": "resume",
+    "resume_failed": "resume",
+}
+
+
+def last_operation(event: dict, s: Session) -> bool:
+    """Keep an operation's outcome and phase timings on its session (``last_operation``), so
+    where a pause's or a resume's time went is in the session itself, not only in the log of
+    events. True when ``s`` changed."""
+    d = event["detail"]
+    op = OUTCOMES.get(event["type"]) or (
+        d.get("operation") if event["type"] == "cancelled" else None
+    )
+    if op is None or "timings" not in d:
+        return False
+    s.last_operation = {
+        "operation": op,
+        "outcome": event["type"],
+        "time": event["time"],
+        "duration_seconds": d.get("duration_seconds"),
+        "timings": d["timings"],
+        "gpu_released_seconds": d.get("gpu_released_seconds"),
+    }
+    return True
+
+
 class SessionTable:
     def __init__(
         self,
@@ -132,6 +162,8 @@ class SessionTable:
         self.log.info("gpu-pause %s %s (%s): %s", type_, s.path, reason, detail.get("message", ""))
         event = new_event(s.id, type_, reason, detail)
         try:
+            if last_operation(event, s):
+                await self.persist(s)
             await self.records.add_event(event)
         except Exception:
             self.log.exception("jupyter_gpu_pause: could not record the %s event", type_)

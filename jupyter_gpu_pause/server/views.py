@@ -78,6 +78,7 @@ def session_json(
         "error": s.error,
         "message": notice or _message(s, state, idle),
         "restore": s.restore,
+        "last_operation": s.last_operation,
         "accounting": {
             "gpu_seconds_held": round(s.gpu_seconds_held, 1),
             "gpu_seconds_idle": round(s.gpu_seconds_idle, 1),

@@ -1,0 +1,98 @@
+"""Warm kernels (``server/spares.py``): once a notebook is paused, one kernel of its kernelspec is
+kept started with torch imported, and its resume restores into that kernel instead of waiting
+for a new one. What a user must not be able to tell apart: the resumed kernel runs in the
+notebook's folder with the environment Jupyter gives a notebook's kernel, and has its variables.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.waiting import wait_for
+
+pytestmark = pytest.mark.gp_config(warm_kernels=True)
+
+STATE = """
+import os, torch, pandas
+w = torch.arange(12.0).reshape(3, 4)
+table = {"runs": pandas.DataFrame({"loss": [0.5, 0.25]})}
+note = "kept"
+"""
+WHERE = "import os, json; print(json.dumps([os.getcwd(), os.environ.get('JPY_SESSION_NAME')]))"
+
+
+async def kernels_without_notebook(lab) -> list[str]:
+    """Kernels Jupyter runs that no notebook's session uses: the warm ones."""
+    used = {s["kernel"]["id"] for s in await lab.app.session_manager.list_sessions()}
+    return [k for k in lab.app.kernel_manager.list_kernel_ids() if k not in used]
+
+
+async def a_warm_kernel(lab, other_than: str | None = None) -> str:
+    async def one():
+        found = [k for k in await kernels_without_notebook(lab) if k != other_than]
+        warm = lab.app.web_app.settings["gpu_pause"].warm
+        ready = [w.kernel_id for w in warm.warm.values() if w.ready]
+        return next((k for k in found if k in ready), None)
+
+    return await wait_for(one, timeout=120, what="a warm kernel, ready")
+
+
+async def test_a_resume_restores_into_the_warm_kernel_as_if_it_were_new(lab, jp_root_dir):
+    # Given a notebook in a sub-folder holding a tensor, and where its kernel runs
+    (jp_root_dir / "sub").mkdir()
+    s = await lab.open_notebook("sub/nb.ipynb")
+    await lab.run(s["kernel_id"], STATE)
+    before = json.loads(await lab.run(s["kernel_id"], WHERE))
+    # When it is paused
+    code, body = await lab.api("POST", f"sessions/{s['id']}/pause")
+    assert code == 202, body
+    assert (await lab.wait_state(s["id"]))["state"] == "paused"
+    # Then a kernel is started and made ready, used by no notebook, with the packages of the
+    # notebook's objects imported (pandas inside a dict included)
+    warm = await a_warm_kernel(lab)
+    has = "import sys; print(all(m in sys.modules for m in ('torch', 'pandas')))"
+    assert (await lab.run(warm, has)).strip() == "True"
+
+    # When the notebook is resumed
+    code, body = await lab.api("POST", f"sessions/{s['id']}/resume")
+    assert code == 202, body
+    resumed = await lab.wait_state(s["id"])
+
+    # Then it runs in that warm kernel, with its variables back
+    assert resumed["state"] in ("active", "idle"), resumed
+    assert resumed["kernel_id"] == warm
+    out = await lab.run(warm, "print(w.sum().item(), table['runs'].loss.sum(), note)")
+    assert out.split() == ["66.0", "0.75", "kept"]
+    # And in the notebook's folder, with the session variable Jupyter gives a notebook's kernel
+    assert json.loads(await lab.run(warm, WHERE)) == before
+    # And the notebook's Jupyter session uses it
+    (js,) = [x for x in await lab.app.session_manager.list_sessions() if x["path"] == s["path"]]
+    assert js["kernel"]["id"] == warm
+
+    # And with nothing paused any more, no kernel is kept warm
+    async def only_the_notebook():
+        return await kernels_without_notebook(lab) == []
+
+    await wait_for(only_the_notebook, timeout=60, what="the warm kernel shut down")
+
+
+async def test_a_warm_kernel_shut_down_by_someone_is_started_again(lab):
+    # Given a paused notebook and its warm kernel
+    s = await lab.open_notebook()
+    await lab.run(s["kernel_id"], "x = 1")
+    await lab.api("POST", f"sessions/{s['id']}/pause")
+    assert (await lab.wait_state(s["id"]))["state"] == "paused"
+    first = await a_warm_kernel(lab)
+    # When a person shuts that kernel down from Jupyter's kernel list
+    r = await lab.fetch("api", "kernels", first, method="DELETE")
+    assert r.code == 204
+    # Then another one is started and made ready
+    second = await a_warm_kernel(lab, other_than=first)
+    assert second != first and first not in lab.app.kernel_manager
+    # And the resume uses it, the variable back
+    await lab.api("POST", f"sessions/{s['id']}/resume")
+    resumed = await lab.wait_state(s["id"])
+    assert resumed["kernel_id"] == second
+    assert (await lab.run(second, "print(x)")).strip() == "1"
