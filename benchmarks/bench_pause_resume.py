@@ -38,6 +38,8 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from baselines import as_bytes, raw_read, raw_write  # noqa: E402
+
 from jupyter_gpu_pause.kernel.capture import environment, make_plan, write_plan  # noqa: E402
 from jupyter_gpu_pause.kernel.restore import load_blobs, restore_objects  # noqa: E402
 from jupyter_gpu_pause.server.checkpoints import Checkpoints  # noqa: E402
@@ -69,36 +71,6 @@ def make_state(gib: float, seed: int) -> dict:
                else torch.randint(0, 2**62, shape, generator=g, dtype=dt))
         for name, shape, dt in layout(gib)
     }  # fmt: skip
-
-
-def as_bytes(t):
-    return t.contiguous().view(-1).view(torch.uint8).numpy()
-
-
-def raw_write(state: dict, d: str) -> None:
-    for name, t in state.items():
-        view = memoryview(as_bytes(t))
-        fd = os.open(os.path.join(d, name), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)  # the directory entries, as the store does
-    os.fsync(fd)
-    os.close(fd)
-
-
-def raw_read(bufs: dict, d: str) -> None:
-    for name, buf in bufs.items():
-        with open(os.path.join(d, name), "rb", buffering=0) as f:
-            view, pos = memoryview(buf), 0
-            while pos < len(view):
-                n = f.readinto(view[pos:])
-                if not n:
-                    raise OSError(f"short read of {name}")
-                pos += n
 
 
 def pause(state: dict, store: Store, session_id: str) -> str:

@@ -41,7 +41,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -53,6 +52,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from procs import PeakWatch, status_kib  # noqa: E402
 from server_process import JupyterServer  # noqa: E402
 
 MIB = 1024 * 1024
@@ -127,43 +127,6 @@ class Moto:
             self.proc.wait(10)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-
-
-def status_kib(pid: int, field: str) -> int | None:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith(field):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
-
-
-class PeakWatch:
-    """The last VmHWM of a process seen before it ends (sampled every 5 ms in a thread)."""
-
-    def __init__(self, pid: int):
-        self.pid, self.peak = pid, 0
-        with open(f"/proc/{pid}/clear_refs", "w") as f:
-            f.write("5")  # VmHWM := VmRSS
-        self.base = status_kib(pid, "VmRSS:") or 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            v = status_kib(self.pid, "VmHWM:")
-            if v is None:
-                return
-            self.peak = max(self.peak, v)
-            time.sleep(0.005)
-
-    def stop(self) -> int:
-        self._stop.set()
-        self._thread.join()
-        return self.peak
 
 
 def kernel_pid(server: JupyterServer, kernel_id: str) -> int:
