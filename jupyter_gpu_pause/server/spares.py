@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 
 LOOK_SECONDS = 2.0  # between two looks at what the paused sessions need
 RETRY_SECONDS = 60.0  # before trying again a kernelspec whose warm kernel failed
+# sessions that may take a warm kernel: paused, or resuming and not yet given a kernel
+WANTING = ("paused", "waiting", "restoring")
 
 
 @dataclass
@@ -61,8 +63,7 @@ class WarmKernels:
             return None
         if self.bridge.execution_state(w.kernel_id) == "busy":
             return None  # someone runs code in it
-        del self.warm[kernel_name]
-        self.nudge()
+        del self.warm[kernel_name]  # the resume's end nudges the pool (not now: see reconcile)
         return w.kernel_id
 
     def nudge(self) -> None:
@@ -94,10 +95,10 @@ class WarmKernels:
 
     def wanted(self) -> dict[str, tuple[str, ...]]:
         """Kernelspec -> packages to import (those the paused checkpoints' objects come from),
-        for every kernelspec with a paused session."""
+        for every kernelspec with a paused session (or one being resumed)."""
         out: dict[str, set[str]] = {}
         for s in self._sessions():
-            if s.state != "paused" or not s.checkpoint:
+            if s.state not in WANTING or not s.checkpoint:
                 continue
             mods = out.setdefault(s.kernel_name, set())
             mods.update(s.checkpoint.get("packages") or ())
@@ -107,6 +108,10 @@ class WarmKernels:
         want = self.wanted()
         for name in [n for n in self.warm if n not in want]:
             await self._drop(name)
+        if any(s.state == "restoring" for s in self._sessions()):
+            # a kernel starting and importing torch takes seconds of CPU, which a restore
+            # running now needs more: the next look after it ends starts what is missing
+            return
         for name, modules in want.items():
             w = self.warm.get(name)
             if w is not None and w.ready and not self.bridge.is_running(w.kernel_id):
