@@ -150,6 +150,9 @@ class Lab:
         kernel = self.app.kernel_manager.get_kernel(kernel_id)
         c = AsyncKernelClient()
         c.load_connection_info(kernel.get_connection_info(session=False))
+        # wait_for_ready calls a kernel dead after 1 s without a heartbeat, which a loaded
+        # 2-core VM causes too (as tests/servers.py and the benchmarks do)
+        c.hb_channel.time_to_dead = 5.0
         c.start_channels()
         return c
 

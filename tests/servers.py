@@ -54,7 +54,11 @@ class Server:
         self.data = data or tmp / "data"
         for d in (self.root, self.runtime, self.data, tmp / "config", tmp / "ipython"):
             d.mkdir(parents=True, exist_ok=True)
-        (tmp / "config" / "jupyter_server_config.py").write_text(config)
+        # A warm kernel importing torch costs CPU these small VMs do not have to spare: off,
+        # first in the file, so that a test's own config (test_startup.py) overrides it
+        (tmp / "config" / "jupyter_server_config.py").write_text(
+            "c.GpuPauseApp.warm_kernels = False\n" + config
+        )
         self.env = {
             **os.environ,
             "JUPYTER_RUNTIME_DIR": str(self.runtime),
@@ -68,9 +72,6 @@ class Server:
                 f"--GpuPauseApp.store_url={tmp / 'store'}",
                 f"--GpuPauseApp.db_path={tmp / 'records.sqlite'}",
                 f"--GpuPauseApp.secret_file={tmp / 'secret'}",
-                # a warm kernel importing torch costs CPU these small VMs do not have to
-                # spare; test_warm_kernels.py turns it on
-                "--GpuPauseApp.warm_kernels=False",
             ]
         self.proc: subprocess.Popen | None = None
         self.starts = 0

@@ -168,7 +168,7 @@ print(repr(r).splitlines()[0])
     # Then it names what cannot be saved and why, and the sizes, without writing anything
     assert lines[0] == "['fh', 'gen']"
     assert lines[1] == "['model', 'optimizer'] True None"
-    assert lines[2].startswith("A pause would save") and "kB" in lines[2]
+    assert lines[2].startswith("A pause would save") and "MB" in lines[2]
     assert "generator" in out and "Cannot be saved (2)" in out
     assert "model" in out and "(registered)" in out
 

@@ -25,6 +25,16 @@ from tests.servers import READBACK, STATE, Server
 # (id, jupyter_server_config.py, words the refusal must contain)
 BAD_CONFIGS = [
     (
+        "negative-restore-slots",
+        "c.GpuPauseApp.max_concurrent_restores = -1",
+        ["GpuPauseApp.max_concurrent_restores = -1", "must be >= 0"],
+    ),
+    (
+        "warm-kernels-not-a-bool",
+        "c.GpuPauseApp.warm_kernels = 'sometimes'",
+        ["GpuPauseApp.warm_kernels", "sometimes"],
+    ),
+    (
         "unimportable-provider",
         "c.GpuPauseApp.capacity_provider_class = 'no.such.Class'",
         ["GpuPauseApp.capacity_provider_class = 'no.such.Class'", "could not be imported"],

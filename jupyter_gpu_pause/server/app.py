@@ -232,6 +232,15 @@ class GpuPauseApp(ExtensionApp):
         "shut down. Default: True.",
     ).tag(config=True)
 
+    max_concurrent_restores = Int(
+        0,
+        help="Resumes that start a kernel and restore into it at the same time; the others "
+        "wait their turn (first come, first served), their session saying so. Starting a "
+        "kernel and restoring take CPU seconds each: many more at once than there are CPUs "
+        "only slow the server's own answers (and each other) down. 0: twice the CPUs this "
+        "server may use (its CPU affinity). Example: 4. Default: 0.",
+    ).tag(config=True)
+
     warm_kernels = Bool(
         True,
         help="Keep one kernel started, per kernelspec that has a paused session, with the "
@@ -316,6 +325,10 @@ class GpuPauseApp(ExtensionApp):
     @validate("gpu_hold_alarm_hours", "max_checkpoint_bytes", "resume_timeout")
     def _not_negative(self, proposal):
         return not_negative(self, proposal, " (0 turns it off)")
+
+    @validate("max_concurrent_restores")
+    def _restore_slots(self, proposal):
+        return not_negative(self, proposal, " (0: twice the CPUs this server may use)")
 
     @validate("webhook_urls")
     def _webhook_urls(self, proposal):
@@ -486,6 +499,7 @@ class GpuPauseApp(ExtensionApp):
             gpu_kernelspecs=tuple(self.gpu_kernelspecs),
             resume_timeout=self.resume_timeout,
             configured_provider=self._provider_short_name(),
+            restore_slots=self.max_concurrent_restores,
             settings=PauseSettings(
                 store_url=self._store.url,
                 store_options=dict(self.store_options),

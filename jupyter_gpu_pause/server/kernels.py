@@ -25,7 +25,10 @@ from ..kernel.agent import MIME_PROGRESS, MIME_RESULT, PROTOCOL
 from .errors import AgentFailed, GpuPauseError, KernelDied, WrongState
 
 WATCH_INTERVAL = 0.5
-IOPUB_GRACE = 0.1  # seconds after a shell reply by which its IOPub status arrives, if subscribed
+# Seconds after a shell reply by which its IOPub status arrives if the subscription is live:
+# the first try is short (a new client's subscription is usually live within milliseconds, and
+# every miss costs a whole grace), each retry doubles it, up to the last, for a loaded machine.
+IOPUB_GRACE = (0.01, 0.5)
 SHELL_POLL = 0.5  # seconds between two looks at a kernel that has not answered yet
 CANCEL_GRACE = 8.0  # seconds a cancelled agent call may take to unwind after the interrupt
 MAX_MESSAGE = 2000  # characters of an agent's error message passed on to the user
@@ -48,6 +51,7 @@ async def _round_trip(client: AsyncKernelClient, busy: Callable[[], bool], patie
     process, a deadlock), and AgentFailed says so instead of waiting forever.
     """
     loop = asyncio.get_running_loop()
+    grace, most = IOPUB_GRACE
     while True:
         msg_id = client.kernel_info()
         waiting_since = loop.time()
@@ -66,10 +70,11 @@ async def _round_trip(client: AsyncKernelClient, busy: Callable[[], bool], patie
                         "kernel-unresponsive",
                     ) from None
         try:
-            while _parent(await client.get_iopub_msg(timeout=IOPUB_GRACE)) != msg_id:
+            while _parent(await client.get_iopub_msg(timeout=grace)) != msg_id:
                 pass
             return
         except queue.Empty:
+            grace = min(grace * 2, most)
             continue  # not subscribed yet: ask again
 
 
@@ -251,10 +256,13 @@ class KernelBridge:
         request = {"protocol": PROTOCOL, "func": func, "params": params}
         arg = base64.b64encode(json.dumps(request).encode()).decode()
         code = f"__import__('jupyter_gpu_pause.kernel.agent', fromlist=['_']).call('{arg}')"
-        client = AsyncKernelClient()
+        # the server's own zmq context: one made per call would be destroyed on the loop
+        client = AsyncKernelClient(context=self.km.context)
         client.load_connection_info(kernel.get_connection_info(session=False))
         self.agent_sessions.add(client.session.session)
-        client.start_channels()
+        # shell and IOPub only: the heartbeat is a thread that start waits for and stop joins,
+        # on the loop (the kernel's life is _watch's job); stdin and control are not used
+        client.start_channels(stdin=False, hb=False, control=False)
         result: dict = {}
 
         def hook(msg):

@@ -153,18 +153,19 @@ class Resume:
             self.clock.enter("start")
             if self.prefetch is None:  # while the kernel starts (checkpoints.Prefetch)
                 self.prefetch = lc.checkpoints.prefetch(manifest)
-            if into:
-                kid = into
-            else:
-                # a warm kernel (spares.py) has started and imported already: no waiting
-                kid = await lc.warm.take(s.kernel_name) if lc.warm else None
-                self.warm = kid is not None
-                kid = self.started = kid or await lc.bridge.start(
-                    s.kernel_name, s.cwd, s.path, s.name, grant.env
-                )
-            self.op.kernel_id = kid
             try:
-                manifest, report = await self._restore_into(kid, manifest, grant)
+                async with lc.restore_slots.hold(s):  # a few at a time (RestoreSlots)
+                    if into:
+                        kid = into
+                    else:
+                        # a warm kernel (spares.py) has started and imported already
+                        kid = await lc.warm.take(s.kernel_name) if lc.warm else None
+                        self.warm = kid is not None
+                        kid = self.started = kid or await lc.bridge.start(
+                            s.kernel_name, s.cwd, s.path, s.name, grant.env
+                        )
+                    self.op.kernel_id = kid
+                    manifest, report = await self._restore_into(kid, manifest, grant)
             except AgentFailed as e:
                 if e.reason != "gpu-oom" or self.requeued or grant.device != "gpu":
                     raise
