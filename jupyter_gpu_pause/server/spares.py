@@ -149,9 +149,10 @@ class WarmKernels:
         if w is None:
             return
         if w.task and not w.task.done():
-            w.task.cancel()
+            # let it finish rather than cancel it: a kernel start cancelled half way stays
+            # registered in jupyter_client and breaks the server's own shutdown (kernels.py)
             with contextlib.suppress(Exception, asyncio.CancelledError):
-                await w.task
+                await asyncio.shield(w.task)
         if w.kernel_id is None:
             return
         try:
