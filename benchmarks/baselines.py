@@ -20,19 +20,12 @@ import time
 import numpy as np
 import torch
 
+from jupyter_gpu_pause.store.local import fsync_dir  # the store's own: the same durability
+
 
 def as_bytes(t):
     """A tensor's bytes as a flat uint8 numpy view (no copy when it is contiguous)."""
     return t.contiguous().view(-1).view(torch.uint8).numpy()
-
-
-def fsync_dir(d: str) -> None:
-    """Make the directory entries durable too, as the store does after a rename."""
-    fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def raw_write(state: dict, d: str) -> None:

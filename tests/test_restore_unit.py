@@ -15,9 +15,10 @@ from jupyter_gpu_pause.store import IntegrityError, Store
 from jupyter_gpu_pause.store.format import build_manifest, new_checkpoint_id
 
 
-def checkpoint(store: Store, ns: dict) -> dict:
-    """Capture ``ns`` into ``store``; the manifest document (unsigned: not needed here)."""
-    result = write_plan(make_plan(ns, {}, [], "namespace"), store)
+def checkpoint(store: Store, ns: dict, staging=None) -> dict:
+    """Capture ``ns`` into ``store`` (through ``staging``, the copy engine for device tensors,
+    when given); the manifest document (unsigned: not needed here)."""
+    result = write_plan(make_plan(ns, {}, [], "namespace"), store, staging=staging)
     return build_manifest(
         session_id="s1",
         checkpoint_id=new_checkpoint_id(),

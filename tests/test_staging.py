@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 
-from jupyter_gpu_pause.kernel.capture import DeviceSource, make_plan, write_plan
+from jupyter_gpu_pause.kernel.capture import DeviceSource
 from jupyter_gpu_pause.kernel.restore import load_blobs, restore_objects
 from jupyter_gpu_pause.kernel.staging import (
     DEPTH,
@@ -31,9 +31,9 @@ from jupyter_gpu_pause.kernel.staging import (
     upload,
 )
 from jupyter_gpu_pause.store import IntegrityError, Store, blob_hash
-from jupyter_gpu_pause.store.format import build_manifest, new_checkpoint_id
 from jupyter_gpu_pause.store.integrity import StreamingHash
 from jupyter_gpu_pause.store.sources import source_hash
+from tests.test_restore_unit import checkpoint
 
 SIZE = 64  # bytes per buffer in the pipeline tests: many parts from small data
 SIZES = [0, 1, SIZE - 1, SIZE, SIZE + 1, 3 * SIZE + 7]
@@ -352,18 +352,6 @@ def namespace() -> dict:
         "arr": np.arange(12.0).reshape(3, 4),
         "note": "kept",
     }
-
-
-def checkpoint(store: Store, ns: dict, staging=None) -> dict:
-    result = write_plan(make_plan(ns, {}, [], "namespace"), store, staging=staging)
-    return build_manifest(
-        session_id="s1",
-        checkpoint_id=new_checkpoint_id(),
-        parent=None,
-        kernel={},
-        origin={},
-        capture=result,
-    )
 
 
 def blob_file(store_dir: Path, h: str) -> Path:

@@ -195,11 +195,12 @@ class Prefetch:
 
     def __init__(self, checkpoints: Checkpoints, manifest: Manifest):
         self._stopped = False
-        budget = _available_memory() // 2
-        hashes = list(manifest.blobs)
-        self.task = asyncio.get_running_loop().run_in_executor(
-            _PREFETCHES, checkpoints.store.prefetch, hashes, budget, lambda: self._stopped
-        )
+        hashes, store = list(manifest.blobs), checkpoints.store
+
+        def warm() -> int:  # in the thread: /proc/meminfo is a read too
+            return store.prefetch(hashes, _available_memory() // 2, lambda: self._stopped)
+
+        self.task = asyncio.get_running_loop().run_in_executor(_PREFETCHES, warm)
         self.task.add_done_callback(lambda t: t.cancelled() or t.exception())  # best effort
 
     def stop(self) -> None:

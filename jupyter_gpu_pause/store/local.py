@@ -28,7 +28,8 @@ class SizeMismatch(Exception):
         self.size = size
 
 
-def _fsync_dir(path: str) -> None:
+def fsync_dir(path: str) -> None:
+    """Make a folder's entries (a rename into it) durable."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
@@ -61,7 +62,7 @@ def atomic_write(path: str, src: Source) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
-    _fsync_dir(d)
+    fsync_dir(d)
 
 
 def read_into(path: str, view: memoryview) -> str:
