@@ -8,11 +8,13 @@ linear layers: 3.02e9 parameters), and is paused through the REST API: NVML (sam
 ms) shows when the kernel's GPU memory is back to the base, and the ``paused`` event gives
 ``gpu_released_seconds`` and its phase ``timings``. The resume follows at once, so the blobs
 are read from the page cache: time to usable runs from POST resume until a cell sees the model
-on cuda (with the same checksum). It prints each phase's GB/s against the measured copies and
-disk, and the targets (PASS/MISS): time to usable <= 3 s; GPU released <= the D2H time of the
-state + 1 s. A miss fails the run only with ``--strict-targets``. It refuses to start without
-about twice the state free on the disk. ``--cpu-rehearsal`` runs the same steps with the model
-on the CPU, NVML skipped and host memory copies for the bandwidths, where there is no GPU.
+on cuda (with the same checksum). Then it is paused again, unchanged, and resumed once ``GET
+capacity`` shows the warm kernel ready, as for a person who comes back later. It prints each
+phase's GB/s against the measured copies and disk, and the targets (PASS/MISS): time to usable
+<= 3 s (both resumes); GPU released <= the D2H time of the state + 1 s. A miss fails the run
+only with ``--strict-targets``. It refuses to start without about twice the state free on the
+disk. ``--cpu-rehearsal`` runs the same steps with the model on the CPU, NVML skipped and host
+memory copies for the bandwidths, where there is no GPU.
 """
 
 from __future__ import annotations
@@ -248,20 +250,22 @@ def _pause_and_resume(server, nv, n, layers, copies, disk, running, strict) -> b
         _phases("pause", n, ev, copies, disk)
 
         # When it is resumed at once (its blobs in the page cache) until a cell sees the model
-        asked_m = time.monotonic()
-        server.ask_resume(sid)
-        back = server.settled(sid, slow)
-        check("resumed", back["state"] in running, back["message"] or "")
-        where = server.run(back["kernel_id"], USABLE, timeout=slow).strip()
-        ttu = time.monotonic() - asked_m
-        check(f"a cell sees the model on {device}", where.startswith(device), where)
-        got = json.loads(server.run(back["kernel_id"], probe, timeout=slow))
-        check(
-            f"the model is back on {device} with the same weights",
-            got["on_device"] and got["sum"] == ref["sum"],
-            f"checksum {got['sum']} (was {ref['sum']})",
-        )
+        ttu = _resume(server, sid, device, probe, ref, slow, running)
         _phases("resume", n, last_event(server, sid, "resumed"), copies, disk)
+
+        # When it is paused again with nothing changed, and resumed once the warm kernel is
+        # ready (the case of a person who comes back later: the pool had time to start it)
+        server.pause(sid, timeout=slow)
+        again = last_event(server, sid, "paused")
+        step(f"re-pause, nothing changed: GPU released at {again['gpu_released_seconds']:.2f} s "
+             f"(the event), {json.dumps(again.get('timings') or {})}")  # fmt: skip
+        server.until(
+            lambda: any(w["ready"] for w in server.capacity().get("warm_kernels", [])),
+            "a warm kernel, ready (GET capacity)",
+            timeout=slow,
+        )
+        ttu_warm = _resume(server, sid, device, probe, ref, slow, running)
+        _phases("resume into the warm kernel", n, last_event(server, sid, "resumed"), copies, disk)
     finally:
         if sampler is not None:
             sampler.stop()
@@ -271,14 +275,19 @@ def _pause_and_resume(server, nv, n, layers, copies, disk, running, strict) -> b
     released = nvml_s if nvml_s is not None else ev["gpu_released_seconds"]
     source = "NVML" if nvml_s is not None else "the paused event"
     floor = n / disk["write"]
-    ok_ttu = ttu <= TTU_TARGET
-    ok_release = released <= d2h_s + RELEASE_SLACK
-    print(
-        f"{'PASS' if ok_ttu else 'MISS'} time to usable from the page cache {ttu:.2f} s "
-        f"(target <= {TTU_TARGET:g} s; reading {n / 1e9:.2f} GB at the page-cache read rate "
-        f"alone takes {n / disk['read']:.2f} s, the H2D copy {n / copies['h2d']:.2f} s)",
-        flush=True,
+    ok_ttu = ttu <= TTU_TARGET and ttu_warm <= TTU_TARGET
+    alone = (
+        f"reading {n / 1e9:.2f} GB at the page-cache read rate alone takes "
+        f"{n / disk['read']:.2f} s, the H2D copy {n / copies['h2d']:.2f} s"
     )
+    for label, t in (("resumed at once after its pause", ttu),
+                     ("the warm kernel ready", ttu_warm)):  # fmt: skip
+        print(
+            f"{'PASS' if t <= TTU_TARGET else 'MISS'} time to usable from the page cache, "
+            f"{label}: {t:.2f} s (target <= {TTU_TARGET:g} s; {alone})",
+            flush=True,
+        )
+    ok_release = released <= d2h_s + RELEASE_SLACK
     print(
         f"{'PASS' if ok_release else 'MISS'} GPU released {released:.2f} s after the click "
         f"({source}; the event says {ev['gpu_released_seconds']}) (target <= D2H {d2h_s:.2f} s + "
@@ -289,6 +298,24 @@ def _pause_and_resume(server, nv, n, layers, copies, disk, running, strict) -> b
     if strict and not (ok_ttu and ok_release):
         print("FAIL a target was missed (--strict-targets)", flush=True)
     return ok_ttu and ok_release
+
+
+def _resume(server, sid, device, probe, ref, slow, running) -> float:
+    """Resume; seconds from POST resume until a cell sees the model (then its weights checked)."""
+    asked = time.monotonic()
+    server.ask_resume(sid)
+    back = server.settled(sid, slow)
+    check("resumed", back["state"] in running, back["message"] or "")
+    where = server.run(back["kernel_id"], USABLE, timeout=slow).strip()
+    ttu = time.monotonic() - asked
+    check(f"a cell sees the model on {device}", where.startswith(device), f"{where} at {ttu:.2f} s")
+    got = json.loads(server.run(back["kernel_id"], probe, timeout=slow))
+    check(
+        f"the model is back on {device} with the same weights",
+        got["on_device"] and got["sum"] == ref["sum"],
+        f"checksum {got['sum']} (was {ref['sum']})",
+    )
+    return ttu
 
 
 def _phases(what: str, n: int, ev: dict, copies: dict, disk: dict) -> None:

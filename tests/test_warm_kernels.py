@@ -30,10 +30,13 @@ async def kernels_without_notebook(lab) -> list[str]:
 
 
 async def a_warm_kernel(lab, other_than: str | None = None) -> str:
+    """The warm kernel GET capacity reports ready, once it is one Jupyter runs for no notebook."""
+
     async def one():
         found = [k for k in await kernels_without_notebook(lab) if k != other_than]
-        warm = lab.app.web_app.settings["gpu_pause"].warm
-        ready = [w.kernel_id for w in warm.warm.values() if w.ready]
+        code, cap = await lab.api("GET", "capacity")
+        assert code == 200, cap
+        ready = [w["kernel_id"] for w in cap["warm_kernels"] if w["ready"]]
         return next((k for k in found if k in ready), None)
 
     return await wait_for(one, timeout=120, what="a warm kernel, ready")
@@ -52,6 +55,9 @@ async def test_a_resume_restores_into_the_warm_kernel_as_if_it_were_new(lab, jp_
     # Then a kernel is started and made ready, used by no notebook, with the packages of the
     # notebook's objects imported (pandas inside a dict included)
     warm = await a_warm_kernel(lab)
+    code, cap = await lab.api("GET", "capacity")
+    (pool,) = cap["warm_kernels"]
+    assert pool["kernel_name"] == s["kernel_name"] and {"torch", "pandas"} <= set(pool["modules"])
     has = "import sys; print(all(m in sys.modules for m in ('torch', 'pandas')))"
     assert (await lab.run(warm, has)).strip() == "True"
 
@@ -76,6 +82,7 @@ async def test_a_resume_restores_into_the_warm_kernel_as_if_it_were_new(lab, jp_
         return await kernels_without_notebook(lab) == []
 
     await wait_for(only_the_notebook, timeout=60, what="the warm kernel shut down")
+    assert (await lab.api("GET", "capacity"))[1]["warm_kernels"] == []
 
 
 async def test_a_warm_kernel_shut_down_by_someone_is_started_again(lab):

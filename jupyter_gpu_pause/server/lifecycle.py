@@ -249,7 +249,9 @@ class Lifecycle:
         return holders(self.table.sessions.values(), self.gpu_kernelspecs, self.bridge.is_running)
 
     async def describe_capacity(self) -> dict:
-        return await self.capacity.describe({s.id: s.path for s in self.table.sessions.values()})
+        out = await self.capacity.describe({s.id: s.path for s in self.table.sessions.values()})
+        out["warm_kernels"] = self.warm.describe() if self.warm else []
+        return out
 
     def user_cell_running(self, kernel_id: str) -> bool:
         if not self.bridge.is_running(kernel_id):

@@ -12,7 +12,8 @@ kernel before anything touches a device (``agent.restore``).
 The pool follows the paused sessions: a kernelspec gets its warm kernel once one of its
 sessions is paused, and loses it when none is left; a warm kernel that a person or Jupyter's
 culler shut down is started again at the next look. It is a plain Jupyter kernel with no
-session (``GET /api/kernels`` lists it); resumes never wait for one that is still starting.
+session (``GET /api/kernels`` lists it, ``GET gpu-pause/api/capacity`` says whose it is); a
+resume takes one that is still starting once it is ready, as it is ahead of a kernel started then.
 """
 
 from __future__ import annotations
@@ -65,6 +66,15 @@ class WarmKernels:
             return None  # someone runs code in it
         del self.warm[kernel_name]  # the resume's end nudges the pool (not now: see reconcile)
         return w.kernel_id
+
+    def describe(self) -> list[dict]:
+        """The pool as ``GET capacity`` shows it: an operator sees why a kernel with no
+        session runs, and a benchmark sees when a resume would find one ready."""
+        return [
+            {"kernel_name": name, "kernel_id": w.kernel_id, "ready": w.ready,
+             "modules": list(w.modules)}
+            for name, w in sorted(self.warm.items())
+        ]
 
     def nudge(self) -> None:
         """Look again now (a session was paused, resumed or discarded)."""
