@@ -1,8 +1,10 @@
 """The entry point the server runs inside the kernel, and the channel back to it.
 
-The server sends one silent ``execute_request`` whose code calls ``call`` with a base64 JSON
-request ``{"protocol", "func", "params"}``; ``func`` is ``capture``, ``restore``, ``check`` or
-``warm``.
+The server sends one silent ``execute_request`` whose code (``CODE``) calls ``call_parent``; the
+request ``{"protocol", "func", "params"}`` is in that message's metadata (``REQUEST_KEY``), not
+in the code, which IPython would run through its input transformers. ``func`` is ``capture``,
+``restore``, ``check`` or ``warm``. (``call`` takes the request as base64 JSON in the code, as
+servers before this one sent it.)
 Progress and the final result travel back as display_data messages with our own MIME types on
 IOPub: frontends ignore them (the request is not theirs) and nothing is added to the user's
 namespace or history. Every result carries the protocol and package version, so a kernel whose
@@ -27,6 +29,8 @@ MIME_RESULT = "application/vnd.jupyter-gpu-pause.result+json"
 # The shape of requests and results; bumped whenever either changes. The server refuses a reply
 # of another protocol, the agent a request of another protocol, each saying which versions met.
 PROTOCOL = 3
+REQUEST_KEY = "jupyter_gpu_pause_request"  # the execute_request's metadata key of the request
+CODE = "__import__('jupyter_gpu_pause.kernel.agent', fromlist=['_']).call_parent()"
 
 
 def _shell():
@@ -75,10 +79,27 @@ def _fail(message: str, reason: str, check: str | None = None) -> None:
     _reply({"ok": False, "error": {"message": message, "reason": reason, "check": check}})
 
 
+def call_parent() -> None:
+    """Run the request in the metadata of the execute_request running this; always publishes
+    exactly one result."""
+    try:
+        request = _shell().kernel.get_parent()["metadata"][REQUEST_KEY]
+    except Exception as e:
+        return _fail(f"the agent could not read the server's request ({e!r})", "agent-protocol")
+    _run(request)
+
+
 def call(arg: str) -> None:
-    """Run one request of the server; always publishes exactly one result."""
+    """Run one request given as base64 JSON; always publishes exactly one result."""
     try:
         request = json.loads(base64.b64decode(arg))
+    except Exception as e:
+        return _fail(f"the agent could not read the server's request ({e!r})", "agent-protocol")
+    _run(request)
+
+
+def _run(request) -> None:
+    try:
         protocol, func, params = request["protocol"], request["func"], request["params"]
     except Exception as e:
         return _fail(f"the agent could not read the server's request ({e!r})", "agent-protocol")

@@ -80,9 +80,19 @@ class Checkpoints:
                 capture=capture,
             )
         )
-        self.store.write_manifest(doc)
+        written = self.store.write_manifest(doc)
         try:
-            return self._verify(session_id, checkpoint_id, deep=False)
+            # What the store gives back must be, byte for byte, what was signed and written; the
+            # content was checked by build_manifest, so the manifest is the doc itself.
+            if self.store.read_manifest_bytes(session_id, checkpoint_id) != written:
+                raise IntegrityError(
+                    f"checkpoint {checkpoint_id}: the manifest read back from the store is not "
+                    "the one written",
+                    "manifest",
+                )
+            m = Manifest(doc)
+            self._check_blobs(m, deep=False)
+            return m
         except StoreError:
             # The store stopped answering: deleting would only wait out a second bound. The
             # manifest, if it landed, names blobs the agent wrote and read back; the pause
@@ -115,6 +125,11 @@ class Checkpoints:
             raise IntegrityError(
                 f"checkpoint {checkpoint_id} is filed under the wrong session", "identity"
             )
+        self._check_blobs(m, deep)
+        return m
+
+    def _check_blobs(self, m: Manifest, deep: bool) -> None:
+        """Every blob present with its size (``deep``: re-hashed too)."""
         for h, meta in m.blobs.items():
             if deep:
                 self.store.verify_blob(h, int(meta["bytes"]))
@@ -126,7 +141,6 @@ class Checkpoints:
                 raise IntegrityError(
                     f"blob {h} has {size} bytes, expected {meta['bytes']}", "blob-size"
                 )
-        return m
 
     async def verify(self, session_id: str, checkpoint_id: str, deep: bool = False) -> Manifest:
         """Signature, format and blob presence (``deep`` also re-hashes every blob)."""

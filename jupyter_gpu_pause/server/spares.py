@@ -71,8 +71,12 @@ class WarmKernels:
         """The pool as ``GET capacity`` shows it: an operator sees why a kernel with no
         session runs, and a benchmark sees when a resume would find one ready."""
         return [
-            {"kernel_name": name, "kernel_id": w.kernel_id, "ready": w.ready,
-             "modules": list(w.modules)}
+            {
+                "kernel_name": name,
+                "kernel_id": w.kernel_id,
+                "ready": w.ready,
+                "modules": list(w.modules),
+            }
             for name, w in sorted(self.warm.items())
         ]
 

@@ -263,17 +263,22 @@ class Store:
         if sent:
             sent(count[0])
 
-    def write_manifest(self, doc: dict) -> None:
-        """Write a signed manifest; the last write of a checkpoint, after all of its blobs."""
+    def write_manifest(self, doc: dict) -> bytes:
+        """Write a signed manifest; the last write of a checkpoint, after all of its blobs.
+        Returns the bytes written, for the read-back to compare.
+
+        Compact JSON: an indented dump runs on json's pure-Python encoder, 4x slower (22 ms of
+        a pause's commit for 2 500 variables); ``jq`` shows a manifest indented."""
         path = self._p(manifest_path(doc["session_id"], doc["checkpoint_id"]))
-        data = json.dumps(doc, indent=1, sort_keys=True).encode()
+        data = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
         if self.local:
             try:
                 local.atomic_write(path, as_source(data))
             except Exception as e:
                 raise self._wrap("write", path, e) from e
-            return
+            return data
         self.call("write", path, "pipe_file", path, data)
+        return data
 
     # -- reading -----------------------------------------------------------------------------
     def read_blob_into(self, h: str, out) -> None:
@@ -369,16 +374,19 @@ class Store:
         if digest != h:
             raise IntegrityError(f"blob {h} does not match its checksum", "blob-hash")
 
-    def read_manifest(self, session_id: str, checkpoint_id: str) -> dict:
+    def read_manifest_bytes(self, session_id: str, checkpoint_id: str) -> bytes:
         path = self._p(manifest_path(session_id, checkpoint_id))
         try:
-            raw = local.read(path) if self.local else self.call("read", path, "cat_file", path)
+            return local.read(path) if self.local else self.call("read", path, "cat_file", path)
         except FileNotFoundError as e:
             raise IntegrityError(f"checkpoint {checkpoint_id} has no manifest", "manifest") from e
         except StoreError:
             raise
         except Exception as e:
             raise self._wrap("read", path, e) from e
+
+    def read_manifest(self, session_id: str, checkpoint_id: str) -> dict:
+        raw = self.read_manifest_bytes(session_id, checkpoint_id)
         try:
             doc = json.loads(raw)
         except ValueError as e:

@@ -168,7 +168,9 @@ def check_environment(kernel, origin) -> None:
 
 
 def check_capture(report: dict) -> None:
-    """A capture report from the agent, before the server builds and signs a manifest."""
-    check_content(report)
+    """A capture report from the agent, before the server uses it: its counts and environment.
+    Its content (blobs, references, objects) is checked once, by ``build_manifest``, before
+    anything is signed."""
+    _dict(report, "the capture report")
     _count(report.get("new_bytes", 0), "new_bytes")
     check_environment(report.get("kernel"), report.get("origin"))
