@@ -10,6 +10,7 @@ import json
 
 import pytest
 
+from tests.moto import BUCKET, PREFIX
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.gp_config(warm_kernels=True)
@@ -103,3 +104,56 @@ async def test_a_warm_kernel_shut_down_by_someone_is_started_again(lab):
     resumed = await lab.wait_state(s["id"])
     assert resumed["kernel_id"] == second
     assert (await lab.run(second, "print(x)")).strip() == "1"
+
+
+@pytest.fixture
+def gp_config(gp_config, request):
+    """A test that asks for ``s3`` stores to moto's S3 server (its own process)."""
+    if "s3" in request.fixturenames:
+        s3 = request.getfixturevalue("s3")
+        gp_config["store_url"] = f"s3://{BUCKET}/{PREFIX}"
+        gp_config["store_options"] = {"endpoint_url": s3.endpoint, "skip_instance_cache": True}
+    return gp_config
+
+
+async def warm_pool(lab) -> list[dict]:
+    code, cap = await lab.api("GET", "capacity")
+    assert code == 200, cap
+    return cap["warm_kernels"]
+
+
+# python3 governed as a GPU kernelspec; S3 frozen below for as long as the test looks
+@pytest.mark.gp_config(warm_kernels=True, gpu_kernelspecs=["python3"], store_timeout=60)
+async def test_a_gpu_session_gets_its_warm_kernel_while_its_pause_is_still_writing(lab, s3):
+    # Given a GPU notebook holding torch and pandas objects
+    s = await lab.open_notebook()
+    await lab.run(s["kernel_id"], STATE)
+    # When it is paused, and the store stops answering before a byte is written
+    s3.freeze()
+    code, body = await lab.api("POST", f"sessions/{s['id']}/pause")
+    assert code == 202, body
+
+    # Then, while the pause is still writing, a warm kernel is started and imports the
+    # packages the capture found
+    async def warm_while_pausing():
+        cur = await lab.session(s["id"])
+        assert cur["state"] == "pausing", cur  # S3 is frozen: the pause cannot end
+        ready = [w for w in await warm_pool(lab) if w["ready"]]
+        return ready[0] if ready and {"torch", "pandas"} <= set(ready[0]["modules"]) else None
+
+    early = await wait_for(warm_while_pausing, timeout=120, what="a warm kernel while pausing")
+    has = "import sys; print(all(m in sys.modules for m in ('torch', 'pandas')))"
+    assert (await lab.run(early["kernel_id"], has)).strip() == "True"
+    assert "packages" not in ((await lab.session(s["id"]))["progress"] or {})
+
+    # When the store answers again, the pause ends, and the notebook is resumed at once
+    s3.thaw()
+    assert (await lab.wait_state(s["id"]))["state"] == "paused"
+    assert [w["kernel_id"] for w in await warm_pool(lab)] == [early["kernel_id"]]
+    code, body = await lab.api("POST", f"sessions/{s['id']}/resume")
+    assert code == 202, body
+    resumed = await lab.wait_state(s["id"])
+    # Then it restores into that same kernel, started while the pause was writing
+    assert resumed["kernel_id"] == early["kernel_id"], resumed
+    out = await lab.run(resumed["kernel_id"], "print(w.sum().item(), note)")
+    assert out.split() == ["66.0", "kept"]

@@ -49,16 +49,20 @@ def _publish(mime: str, data: dict) -> None:
 
 
 class _Progress:
-    """Publishes progress at most four times a second (and always the last update)."""
+    """Publishes progress at most four times a second (and always the last update); ``first``
+    goes with the first update only."""
 
-    def __init__(self):
+    def __init__(self, first: dict | None = None):
         self._last = 0.0
+        self._first = first or {}
 
     def __call__(self, phase: str, done: int, total: int) -> None:
         now = time.monotonic()
         if now - self._last >= 0.25 or done >= total:
             self._last = now
-            _publish(MIME_PROGRESS, {"phase": phase, "done_bytes": done, "total_bytes": total})
+            body = {"phase": phase, "done_bytes": done, "total_bytes": total, **self._first}
+            self._first = {}
+            _publish(MIME_PROGRESS, body)
 
 
 def _version() -> str:
@@ -150,7 +154,8 @@ def capture(params: dict) -> None:
         result = write_plan(
             plan,
             store,
-            progress=_Progress(),
+            # the server starts a warm kernel importing these while this pause writes
+            progress=_Progress({"packages": plan.packages}),
             verify=params.get("verify", True),
             # GC must not delete a blob this capture decides to reuse (store/lease.py)
             before_reuse=lambda hashes: declare_intent(store, cid, hashes),

@@ -30,6 +30,7 @@ IOPUB_GRACE = (0.01, 0.5)
 SHELL_POLL = 0.5  # seconds between two looks at a kernel that has not answered yet
 CANCEL_GRACE = 8.0  # seconds a cancelled agent call may take to unwind after the interrupt
 MAX_MESSAGE = 2000  # characters of an agent's error message passed on to the user
+MAX_PACKAGES = 100  # package names a capture's progress may name for a warm kernel
 
 
 def _parent(msg: dict) -> str | None:
@@ -158,7 +159,13 @@ def _progress(data) -> dict | None:
     done, total = data.get("done_bytes"), data.get("total_bytes")
     if not isinstance(done, int) or not (total is None or isinstance(total, int)):
         return None
-    return {"phase": data["phase"][:40], "done_bytes": done, "total_bytes": total}
+    out = {"phase": data["phase"][:40], "done_bytes": done, "total_bytes": total}
+    packages = data.get("packages")  # the capture's, for a warm kernel: top-level names only
+    if isinstance(packages, list):
+        out["packages"] = [
+            p for p in packages[:MAX_PACKAGES] if isinstance(p, str) and p.isidentifier()
+        ]
+    return out
 
 
 def _pid(kernel) -> int | None:

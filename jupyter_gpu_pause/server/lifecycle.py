@@ -230,7 +230,7 @@ class Lifecycle:
     # -- shared by the operations ------------------------------------------------------------
     def on_progress(self, s: Session):
         def update(p: dict) -> None:
-            s.progress = p
+            s.progress = {k: v for k, v in p.items() if k != "packages"}  # the pool's, not ours
 
         return update
 

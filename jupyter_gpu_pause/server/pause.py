@@ -72,6 +72,8 @@ class Pause:
     async def _checkpoint(self):
         """Everything before the commit point; returns the verified manifest."""
         s, lc, settings = self.s, self.lc, self.lc.settings
+        if lc.warm and lc.gpu_session(s):  # its resume will want a kernel: start one meanwhile
+            lc.warm.pausing(s)
         self.clock.enter("wait")
         await lc.bridge.wait_idle(self.kernel_id)
         self.clock.enter("capture")
@@ -92,7 +94,7 @@ class Pause:
             },
             # the agent's first "writing" progress ends the capture; its last, the writing
             self.clock.follow(
-                lc.on_progress(s), "writing", "write", "verify" if settings.verify else None
+                self._progress, "writing", "write", "verify" if settings.verify else None
             ),
         )
         self.clock.enter("commit")
@@ -114,6 +116,14 @@ class Pause:
         self.op.committed = True
         s.message = f"Checkpoint {manifest.id} saved; shutting the kernel down"
         return manifest
+
+    def _progress(self, p: dict) -> None:
+        """The agent's progress into the session; the packages its capture found (sent once,
+        as the writing begins) to the warm kernel pool, not to the session."""
+        packages = p.get("packages")
+        if packages and self.lc.warm:
+            self.lc.warm.expect(self.s, packages)
+        self.lc.on_progress(self.s)(p)
 
     # -- outcomes -------------------------------------------------------------------------------
     async def _paused(self, manifest) -> None:

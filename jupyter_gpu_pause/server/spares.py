@@ -11,7 +11,12 @@ kernel before anything touches a device (``agent.restore``).
 
 The pool follows the paused sessions: a kernelspec gets its warm kernel once one of its
 sessions is paused, and loses it when none is left; a warm kernel that a person or Jupyter's
-culler shut down is started again at the next look. It is a plain Jupyter kernel with no
+culler shut down is started again at the next look. A GPU session's pause asks for one as it
+begins (``pausing``), with the packages its capture found as soon as the writing starts
+(``expect``): its kernel starts and imports torch while the pause writes gigabytes, and a resume
+asked the moment the pause ends finds it ready. (Small pauses of CPU sessions are not slowed by
+a kernel starting beside them.) A kernel already warm that a newer checkpoint needs more
+packages in imports them too (``_extend``). It is a plain Jupyter kernel with no
 session (``GET /api/kernels`` lists it, ``GET gpu-pause/api/capacity`` says whose it is); a
 resume takes one that is still starting once it is ready, as it is ahead of a kernel started then.
 """
@@ -46,6 +51,8 @@ class WarmKernels:
         self._failed: dict[str, float] = {}  # kernelspec -> loop time before which not to retry
         self._nudged = asyncio.Event()
         self._loop_task: asyncio.Future | None = None
+        # sessions being paused that asked for a warm kernel: session id -> packages so far
+        self._pausing: dict[str, set[str]] = {}
 
     # -- what resumes use ------------------------------------------------------------------
     async def take(self, kernel_name: str) -> str | None:
@@ -74,7 +81,8 @@ class WarmKernels:
             {
                 "kernel_name": name,
                 "kernel_id": w.kernel_id,
-                "ready": w.ready,
+                # started and done importing: a resume would not wait for it
+                "ready": w.ready and (w.task is None or w.task.done()),
                 "modules": list(w.modules),
             }
             for name, w in sorted(self.warm.items())
@@ -83,6 +91,18 @@ class WarmKernels:
     def nudge(self) -> None:
         """Look again now (a session was paused, resumed or discarded)."""
         self._nudged.set()
+
+    def pausing(self, s) -> None:
+        """``s`` (a GPU session) begins to pause: its kernelspec wants a warm kernel now, with
+        the packages of its last checkpoint, if any, until the capture says more."""
+        self._pausing[s.id] = set((s.checkpoint or {}).get("packages") or ())
+        self.nudge()
+
+    def expect(self, s, packages: list[str]) -> None:
+        """The capture of ``s``, being paused, found its objects' classes in ``packages``."""
+        if s.id in self._pausing and not set(packages) <= self._pausing[s.id]:
+            self._pausing[s.id].update(packages)
+            self.nudge()
 
     # -- the pool's loop -------------------------------------------------------------------
     def start(self) -> None:
@@ -111,11 +131,17 @@ class WarmKernels:
         """Kernelspec -> packages to import (those the paused checkpoints' objects come from),
         for every kernelspec with a paused session (or one being resumed)."""
         out: dict[str, set[str]] = {}
+        pausing = set()
         for s in self._sessions():
+            if s.state == "pausing" and s.id in self._pausing:
+                pausing.add(s.id)
+                out.setdefault(s.kernel_name, set()).update(self._pausing[s.id])
             if s.state not in WANTING or not s.checkpoint:
                 continue
             mods = out.setdefault(s.kernel_name, set())
             mods.update(s.checkpoint.get("packages") or ())
+        for sid in set(self._pausing) - pausing:  # paused now, or the pause failed
+            del self._pausing[sid]
         return {k: tuple(sorted(v)) for k, v in out.items()}
 
     async def reconcile(self) -> None:
@@ -132,8 +158,7 @@ class WarmKernels:
                 del self.warm[name]  # shut down by someone else, or culled
                 w = None
             if w is not None and set(modules) - set(w.modules):
-                await self._drop(name)  # a newer pause needs more imported
-                w = None
+                self._extend(w, modules)  # a newer pause needs more imported
             if w is None:
                 await self._add(name, modules)
 
@@ -157,6 +182,25 @@ class WarmKernels:
                     await self.bridge.shutdown(w.kernel_id)
             return
         w.ready = True
+
+    def _extend(self, w: Warm, modules: tuple[str, ...]) -> None:
+        """Import ``modules`` too in ``w``, once what it is doing now (its start, an earlier
+        import) is done; a resume taking it waits for that, as it waits for a start."""
+        more = tuple(sorted(set(modules) - set(w.modules)))
+        w.modules = tuple(sorted(set(w.modules) | set(more)))
+        w.task = asyncio.ensure_future(self._import(w, w.task, more))
+
+    async def _import(self, w: Warm, before: asyncio.Future | None, more: tuple) -> None:
+        if before is not None:
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await asyncio.shield(before)
+        if not w.ready or w.kernel_id is None or w not in self.warm.values():
+            return  # its start failed, or it was taken or dropped meanwhile
+        try:
+            await self.bridge.run_agent(w.kernel_id, "warm", {"modules": list(more)})
+        except Exception as e:  # the kernel died: the next look sees it and starts another
+            self.log.info("jupyter_gpu_pause: warm kernel %s could not import %s: %s",
+                          w.kernel_id, more, e)  # fmt: skip
 
     async def _drop(self, name: str) -> None:
         w = self.warm.pop(name, None)
