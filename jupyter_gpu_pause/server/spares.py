@@ -194,7 +194,7 @@ class WarmKernels:
         if before is not None:
             with contextlib.suppress(Exception, asyncio.CancelledError):
                 await asyncio.shield(before)
-        if not w.ready or w.kernel_id is None or w not in self.warm.values():
+        if not w.ready or w.kernel_id is None or all(x is not w for x in self.warm.values()):
             return  # its start failed, or it was taken or dropped meanwhile
         try:
             await self.bridge.run_agent(w.kernel_id, "warm", {"modules": list(more)})
