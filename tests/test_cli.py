@@ -22,6 +22,7 @@ from tests.servers import TOKEN, WAIT, Server, _free_port
 CLI = str(Path(sys.executable).with_name("jupyter-gpu-pause"))
 RUNNING = ("active", "idle")
 CONFIG = """
+c.GpuPauseApp.warm_kernels = True
 c.GpuPauseApp.poll_interval = 1
 c.GpuPauseApp.policies = [{"name": "cli-test", "match": {"kernel_name": "python3*"},
                            "idle_timeout": 3600, "warn_before": 300, "action": "pause",
@@ -99,6 +100,12 @@ def test_pause_wait_then_resume_wait_brings_the_variable_back(server, cli):
     assert "roundtrip.ipynb: Paused" in paused.stdout
     now = server.sessions()[s["id"]]
     assert now["state"] == "paused" and now["kernel_id"] is None and now["checkpoint"]
+    # And `capacity` names the kernel kept warm for its resume, once that one is ready
+    server.wait_until(
+        lambda: any(w["ready"] for w in as_json(cli("capacity", "--json"))["warm_kernels"]),
+        "a warm kernel, ready",
+    )
+    assert "warm kernels: python3 ready" in cli("capacity").stdout
 
     # When it is resumed by a prefix of its id, followed to the end, as JSON
     back = as_json(cli("resume", s["id"][:13], "--wait", "--json"))

@@ -123,7 +123,10 @@ class ReportCommand(Command):
 
 class CapacityCommand(Command):
     name = "jupyter-gpu-pause-capacity"
-    description = "The capacity provider, its GPUs and limits, who holds them, and the queue."
+    description = (
+        "The capacity provider, its GPUs and limits, who holds them, the queue, and the warm "
+        "kernels kept for resumes."
+    )
 
     def run(self, out: Output):
         self.positional(0)
@@ -170,5 +173,17 @@ class CapacityCommand(Command):
                     for q in queue
                 ],
             )
+        warm = doc.get("warm_kernels") or []
+        out.line(
+            "warm kernels: "
+            + (
+                "; ".join(
+                    f"{w['kernel_name']} {'ready' if w['ready'] else 'starting'}"
+                    + (f" ({', '.join(w['modules'])})" if w.get("modules") else "")
+                    for w in warm
+                )
+                or "none"
+            )
+        )
         for note in doc.get("notes") or []:
             out.note(note)
