@@ -7,8 +7,8 @@ import asyncio
 
 import pytest
 
-from jupyter_gpu_pause.server.lifecycle import RestoreSlots, usable_cpus
 from jupyter_gpu_pause.server.model import Session
+from jupyter_gpu_pause.server.slots import RestoreSlots, usable_cpus
 from tests.test_faults import READBACK, READBACK_OK, STATE
 from tests.waiting import wait_for
 
@@ -85,7 +85,7 @@ async def test_a_cancelled_wait_leaves_the_line_and_loses_no_slot():
     await asyncio.gather(first, third)
     assert entered == ["a.ipynb", "c.ipynb"]
     assert slots.waiting == 0
-    async with slots.hold():  # (a warm kernel's start: no session to tell)
+    async with slots.hold(restoring("d.ipynb")):
         pass  # would wait forever had the cancelled wait kept the slot
 
 
