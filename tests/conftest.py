@@ -257,3 +257,20 @@ def lab(jp_fetch, jp_serverapp):
 @pytest.fixture
 def python_exe() -> str:
     return sys.executable
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """One real PostgreSQL server for the run's queue tests (each test gets its own
+    database from ``pg_url``); tests that stop it start their own ``Postgres``."""
+    from tests.postgres import Postgres
+
+    server = Postgres()
+    server.start()
+    yield server
+    server.remove()
+
+
+@pytest.fixture
+def pg_url(postgres) -> str:
+    return postgres.new_database()

@@ -1,9 +1,10 @@
-"""One machine, several Jupyter servers (one per user, as under JupyterHub), one fair queue.
+"""Several Jupyter servers (one per user, as under JupyterHub), one fair queue.
 
-Real ``jupyter server`` processes share a queue folder (``capacity_queue_url``) and a quota of
-one GPU session (``QuotaCapacity.max_sessions``); notebooks count as GPU sessions through
-``gpu_kernelspecs`` (no GPU here). Servers are SIGKILLed to prove that a dead server's place in
-line and its grant expire with its lease.
+Real ``jupyter server`` processes share a queue (``capacity_queue_url``: a folder on one
+machine, or, for the tests marked so, a real PostgreSQL database as a cluster shares it) and a
+quota of one GPU session (``QuotaCapacity.max_sessions``); notebooks count as GPU sessions
+through ``gpu_kernelspecs`` (no GPU here). Servers are SIGKILLed to prove that a dead server's
+place in line and its grant expire with its lease.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import pytest
 
 from tests.servers import READBACK, STATE, WAIT, Server
 
-LEASE = 3.0  # FolderQueue.lease_seconds in these tests: what a dead server can cost the others
+LEASE = 3.0  # CapacityQueue.lease_seconds in these tests: what a dead server can cost the others
+BOTH_QUEUES = pytest.mark.parametrize("node", ["folder", "postgresql"], indirect=True)
 
 
 def config(queue) -> str:
@@ -24,17 +26,21 @@ c.GpuPauseApp.capacity_provider_class = "quota"
 c.QuotaCapacity.max_sessions = 1
 c.GpuPauseApp.gpu_kernelspecs = ["python3*"]
 c.GpuPauseApp.capacity_queue_url = {str(queue)!r}
-c.FolderQueue.lease_seconds = {LEASE}
+c.CapacityQueue.lease_seconds = {LEASE}
 c.GpuPauseApp.poll_interval = 1.0
 c.GpuPauseApp.policies = []
 """
 
 
 @pytest.fixture
-def node(tmp_path):
-    """Three servers on one queue folder, started side by side."""
-    queue = tmp_path / "queue"
-    queue.mkdir()
+def node(tmp_path, request):
+    """Three servers on one queue (a folder, unless the test asks for PostgreSQL), started
+    side by side."""
+    if getattr(request, "param", "folder") == "postgresql":
+        queue = request.getfixturevalue("pg_url")
+    else:
+        queue = tmp_path / "queue"
+        queue.mkdir()
     servers = [Server(tmp_path / f"server{i}", config(queue)) for i in range(3)]
     with ThreadPoolExecutor(3) as pool:
         list(pool.map(Server.start, servers))
@@ -84,6 +90,7 @@ def running(server: Server, sid: str) -> dict:
     return s
 
 
+@BOTH_QUEUES
 def test_one_gpu_session_shared_fairly_by_three_servers(node):
     s0, s1, s2 = node
     a = paused_notebook(s0, "a.ipynb")
@@ -159,6 +166,7 @@ def test_cpu_now_while_the_quota_is_full_and_the_timeout(node, tmp_path):
     assert running(s1, b["id"])["device"] == "cpu"
 
 
+@BOTH_QUEUES
 def test_a_dead_server_blocks_nobody_beyond_its_lease(node):
     s0, s1, s2 = node
     a = paused_notebook(s0, "a.ipynb")
@@ -189,6 +197,7 @@ def test_a_dead_server_blocks_nobody_beyond_its_lease(node):
     assert time.monotonic() - begin < LEASE + 5.0
 
 
+@BOTH_QUEUES
 def test_two_resume_clicks_at_once_make_one_kernel_and_one_place_in_line(node):
     s0, s1, _ = node
     a = paused_notebook(s0, "a.ipynb")

@@ -17,10 +17,11 @@ from jupyter_gpu_pause.server.capacity import (
     Holder,
     Need,
     NvmlCapacity,
+    PostgresQueue,
     QuotaCapacity,
     Verdict,
 )
-from jupyter_gpu_pause.server.capacity.queue import DB_NAME
+from jupyter_gpu_pause.server.capacity.folder import DB_NAME
 from tests.fakes import FakeProbe
 
 GB = 10**9
@@ -109,12 +110,21 @@ def folder(tmp_path):
     return str(tmp_path / "queue")
 
 
-def server(folder, name, lease=30.0) -> FolderQueue:
-    return FolderQueue(folder, server_id=name, user=name, label=name, lease_seconds=lease)
+@pytest.fixture(params=["folder", "postgresql"])
+def where(request, tmp_path):
+    """The same rules on both queues: a SQLite folder, and a real PostgreSQL database."""
+    if request.param == "folder":
+        return str(tmp_path / "queue")
+    return request.getfixturevalue("pg_url")
 
 
-async def test_the_line_is_fifo_across_servers_and_strict(folder):
-    a, b = server(folder, "a"), server(folder, "b")
+def server(where, name, lease=30.0) -> FolderQueue | PostgresQueue:
+    cls = PostgresQueue if where.startswith("postgresql://") else FolderQueue
+    return cls(where, server_id=name, user=name, label=name, lease_seconds=lease)
+
+
+async def test_the_line_is_fifo_across_servers_and_strict(where):
+    a, b = server(where, "a"), server(where, "b")
     await a.open()
     await b.open()
     try:
@@ -145,8 +155,8 @@ async def test_the_line_is_fifo_across_servers_and_strict(folder):
         await b.close()
 
 
-async def test_a_dead_servers_place_and_grant_expire_with_its_lease(folder):
-    dead, alive = server(folder, "dead", lease=1.0), server(folder, "alive", lease=1.0)
+async def test_a_dead_servers_place_and_grant_expire_with_its_lease(where):
+    dead, alive = server(where, "dead", lease=1.0), server(where, "alive", lease=1.0)
     await dead.open()
     await alive.open()
     try:

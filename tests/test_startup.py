@@ -60,9 +60,19 @@ BAD_CONFIGS = [
         ["GpuPauseApp.capacity_queue_url = '/proc/self'", "cannot write to /proc/self"],
     ),
     (
-        "queue-database-url",
-        "c.GpuPauseApp.capacity_queue_url = 'postgresql://hub@db/gpu'",
-        ["GpuPauseApp.capacity_queue_url = 'postgresql://hub@db/gpu'", "not supported yet"],
+        "queue-url-of-another-database",
+        "c.GpuPauseApp.capacity_queue_url = 'mysql://hub@db/gpu'",
+        ["GpuPauseApp.capacity_queue_url = 'mysql://hub@db/gpu'", "or a postgresql:// URL"],
+    ),
+    (
+        "queue-postgres-url-malformed",
+        "c.GpuPauseApp.capacity_queue_url = 'postgresql://hub:pw@db:54x/gpu'",
+        ["GpuPauseApp.capacity_queue_url: not a valid PostgreSQL URL", "'54x' is not a number"],
+    ),
+    (
+        "queue-lease-too-short",
+        "c.CapacityQueue.lease_seconds = 0.5",
+        ["CapacityQueue.lease_seconds = 0.5: must be >= 1"],
     ),
     (
         "negative-resume-timeout",

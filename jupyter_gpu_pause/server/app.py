@@ -36,11 +36,14 @@ from .bus import EventBus
 from .capacity import (
     AutoCapacity,
     CapacityProvider,
+    CapacityQueue,
     FolderQueue,
     NvmlCapacity,
+    PostgresQueue,
     ProviderClass,
     QuotaCapacity,
     build_provider,
+    is_postgres_url,
 )
 from .checkpoints import Checkpoints
 from .config import (
@@ -171,10 +174,12 @@ class GpuPauseApp(ExtensionApp):
     ).tag(config=True)
 
     capacity_queue_url = Unicode(
-        help="Folder on this machine's local disk holding the resume queue and GPU usage "
-        "shared by every Jupyter server pointing at it (one per user under JupyterHub: give "
-        "them all one folder, group-writable, mode 2770). Not on NFS (SQLite locking). "
-        "Default: {jupyter_data_dir}/gpu_pause/ (this server only).",
+        help="Where the resume queue and GPU usage shared by every Jupyter server pointing "
+        "at it live: a folder on this machine's local disk (the servers of one machine, one "
+        "per user under JupyterHub: give them all one folder, group-writable, mode 2770; not "
+        "on NFS), or a postgresql:// URL (the servers of a cluster; tables in the schema "
+        "gpu_pause; see docs/capacity.md). Default: {jupyter_data_dir}/gpu_pause/ (this "
+        "server only).",
     ).tag(config=True)
 
     @default("capacity_queue_url")
@@ -435,10 +440,11 @@ class GpuPauseApp(ExtensionApp):
             raise ConfigError(f"GpuPauseApp.retention: {e}") from None
         check_secret_file(self.secret_file)
         check_db_path(self.db_path)
-        self._queue_folder = check_queue_url(self.capacity_queue_url)
+        self._queue_where = check_queue_url(self.capacity_queue_url)
         # The provider's and the queue's own settings (c.QuotaCapacity.max_sessions…): checked
         # here, by building them once, so a bad value stops the server before it serves.
-        classes = {self.capacity_provider_class, QuotaCapacity, NvmlCapacity, FolderQueue}
+        classes = {self.capacity_provider_class, QuotaCapacity, NvmlCapacity}
+        classes |= {CapacityQueue, FolderQueue, PostgresQueue}
         for cls in classes | {StoreMaintenance, WebhookSender}:
             check_known_keys(
                 self.config.get(cls.__name__, {}),
@@ -448,7 +454,7 @@ class GpuPauseApp(ExtensionApp):
         self.capacity_provider_class(parent=self)
         StoreMaintenance(parent=self)
         WebhookSender([], None, "", "", parent=self)  # its c.WebhookSender.* values
-        FolderQueue(self._queue_folder, "", "", "", parent=self).close_now()
+        self._queue("").close_now()
         if os.environ.get("JUPYTER_TOKEN"):
             self.log.warning(
                 "jupyter_gpu_pause: JUPYTER_TOKEN is set in the server's environment, and "
@@ -456,6 +462,11 @@ class GpuPauseApp(ExtensionApp):
                 "a notebook runs can read the server's token. Use JUPYTER_TOKEN_FILE or "
                 "c.IdentityProvider.token instead."
             )
+
+    def _queue(self, label: str) -> CapacityQueue:
+        """The queue ``capacity_queue_url`` names: a folder's, or PostgreSQL's."""
+        cls = PostgresQueue if is_postgres_url(self._queue_where) else FolderQueue
+        return cls(self._queue_where, uuid.uuid4().hex, server_user(), label, parent=self)
 
     # -- services -------------------------------------------------------------------------------
     def initialize_settings(self):
@@ -477,13 +488,7 @@ class GpuPauseApp(ExtensionApp):
         provider = build_provider(self.capacity_provider_class, self, probe)
         for note in provider.notes():  # what NVML cannot see here (MIG, a container)
             self.log.warning("jupyter_gpu_pause: capacity provider %s: %s", provider.name, note)
-        queue = FolderQueue(
-            self._queue_folder,
-            server_id=uuid.uuid4().hex,
-            user=server_user(),
-            label=f"{server_user()}@{socket.gethostname()}:{server.port}",
-            parent=self,
-        )
+        queue = self._queue(f"{server_user()}@{socket.gethostname()}:{server.port}")
         self.lifecycle = Lifecycle(
             bridge=KernelBridge(
                 server.kernel_manager,

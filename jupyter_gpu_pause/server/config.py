@@ -20,7 +20,7 @@ import fsspec
 from ..store import Store
 from ..store.keyfile import KeyFileError, load_secret
 from ..store.private import private_makedirs
-from .capacity import QueueError, check_queue_folder
+from .capacity import QueueError, check_queue_folder, is_postgres_url, parse_postgres_url
 
 
 class ConfigError(ValueError):
@@ -180,20 +180,28 @@ def check_db_path(path: str) -> None:
 
 
 def check_queue_url(url: str) -> str:
-    """``capacity_queue_url``: a folder on this machine every sharing server can write.
+    """``capacity_queue_url``: a folder on this machine every sharing server can write, or a
+    PostgreSQL URL (the cluster's queue).
 
-    Returns the folder's absolute path. A URL (``postgresql://``: the cluster queue) is not
-    built yet and stops the server rather than being ignored.
+    Returns the folder's absolute path, or the URL as given. A PostgreSQL URL is checked for
+    its form only: a database that cannot be reached now is an outage the server rides out
+    (resumes answer 503 until it is back), not a reason to refuse notebooks.
     """
-    label = f"GpuPauseApp.capacity_queue_url = {url!r}"
     if not url:
         raise ConfigError("GpuPauseApp.capacity_queue_url is empty; give a folder path")
+    if is_postgres_url(url):
+        try:
+            parse_postgres_url(url)
+        except QueueError as e:  # the URL may hold a password: never repeat it
+            raise ConfigError(f"GpuPauseApp.capacity_queue_url: {e}") from None
+        return url
+    label = f"GpuPauseApp.capacity_queue_url = {url!r}"
     if url.startswith("file://"):
         url = url[len("file://") :]
     elif "://" in url:
         raise ConfigError(
-            f"{label}: only a folder on this machine is supported (a queue shared by the "
-            "servers of one machine); a database URL is not supported yet"
+            f"{label}: give a folder on this machine (the servers of one machine) or a "
+            "postgresql:// URL (the servers of a cluster)"
         )
     folder = os.path.abspath(os.path.expanduser(url))
     try:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 
 from ..store.format import check_checkpoint_id
-from .capacity import Capacity, CapacityProvider, FolderQueue
+from .capacity import Capacity, CapacityProvider, CapacityQueue
 from .check import DryRun
 from .checkpoints import Checkpoints
 from .errors import BadRequest, NotFound, Unavailable, WrongState
@@ -40,7 +40,7 @@ class Lifecycle:
         records: Records,
         checkpoints: Checkpoints,
         provider: CapacityProvider,
-        queue: FolderQueue | None,
+        queue: CapacityQueue | None,
         settings: PauseSettings,
         log,
         gpu_kernelspecs: tuple[str, ...] = (),
@@ -345,6 +345,8 @@ class Lifecycle:
                 raise WrongState(
                     "cannot resume: the session has no checkpoint in the store", "no-checkpoint"
                 )
+            if device not in ("cpu", "any") and (device == "gpu" or self.gpu_session(s)):
+                await self.capacity.check()  # 503 capacity-unavailable: the queue is down
             live = await self.bridge.kernel_for_path(s.path)
             if into_kernel is not None and into_kernel != live:
                 raise BadRequest(

@@ -275,6 +275,13 @@ class Resume:
         announced = [True] if reason else []  # back in line: _back_in_line announced it
 
         async def on_wait(turn) -> None:
+            if not turn.position:  # the queue cannot be reached: the place is kept meanwhile
+                s.waiting = {**s.waiting, "reason": turn.verdict.reason}
+                s.message = (
+                    f"Waiting for a GPU: {turn.verdict.message}; trying again, the place in "
+                    "line and the checkpoint are kept"
+                )
+                return
             why = turn.verdict.message if turn.verdict.grant is None else ""
             ahead = turn.position - 1
             if ahead and not why:

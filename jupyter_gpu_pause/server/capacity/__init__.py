@@ -1,11 +1,14 @@
 """Capacity: may a resumed kernel run now, on which GPU, and who is next in line?
 
 ``base`` (what a provider decides with), ``providers`` (quota, nvml, unlimited, auto),
-``queue`` (the node-wide FIFO line shared by every server on a machine) and ``service`` (what
-resumes and the session table talk to).
+``queue`` (the FIFO line shared by servers: in a folder on one machine, ``folder``, or in
+PostgreSQL for a cluster, ``postgres``) and ``service`` (what resumes and the session table
+talk to).
 """
 
 from .base import CapacityProvider, Grant, Holder, Need, UnlimitedCapacity, Verdict
+from .folder import FolderQueue, check_queue_folder
+from .postgres import PostgresQueue, is_postgres_url, parse_postgres_url
 from .providers import (
     PROVIDERS,
     AutoCapacity,
@@ -14,26 +17,32 @@ from .providers import (
     QuotaCapacity,
     build_provider,
 )
-from .queue import FolderQueue, QueueError, Turn, check_queue_folder
-from .service import Capacity, NeverFits
+from .queue import CapacityQueue, QueueError, QueueUnavailable, Turn
+from .service import Capacity, CapacityUnavailable, NeverFits
 
 __all__ = [
     "PROVIDERS",
     "AutoCapacity",
     "Capacity",
     "CapacityProvider",
+    "CapacityQueue",
+    "CapacityUnavailable",
     "FolderQueue",
     "Grant",
     "Holder",
     "Need",
     "NeverFits",
     "NvmlCapacity",
+    "PostgresQueue",
     "ProviderClass",
     "QueueError",
+    "QueueUnavailable",
     "QuotaCapacity",
     "Turn",
     "UnlimitedCapacity",
     "Verdict",
     "build_provider",
     "check_queue_folder",
+    "is_postgres_url",
+    "parse_postgres_url",
 ]

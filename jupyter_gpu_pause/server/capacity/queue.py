@@ -1,19 +1,23 @@
-"""The node's resume queue: one FIFO line and one usage count for every server on a machine.
+"""The resume queue: one FIFO line and one GPU usage count for every server that shares it.
 
-Several Jupyter servers (one per user under JupyterHub) point ``capacity_queue_url`` at one
-folder and share a SQLite database in it (WAL mode; every decision in one ``BEGIN IMMEDIATE``
-transaction, so two servers never grant the same capacity). It holds three tables:
+Two places hold it, with the same tables and the same rules (this module):
+
+- a folder on one machine (``folder.py``: SQLite, every decision in one ``BEGIN IMMEDIATE``);
+- a PostgreSQL database for a whole cluster (``postgres.py``: every decision in one
+  transaction holding a cluster-wide advisory lock).
+
+Either way two servers never grant the same capacity. The tables:
 
 - ``servers``: each running server and the end of its lease, renewed while it lives;
 - ``entries``: resumes waiting, in line order (``rank``);
-- ``holders``: GPU sessions running on the node (granted resumes and kernels started by hand).
+- ``holders``: GPU sessions running (granted resumes and kernels started by hand).
 
 A server that dies (SIGKILL, a lost node) stops renewing; once its lease ends, any server's next
 transaction deletes its entries and holders, so nobody waits behind a dead process for longer
 than the lease. The head of the line is granted by its own server when the provider says it
 fits; everyone behind it waits (strict FIFO: a small resume never overtakes a large one).
 
-The folder is the one place shared between users: it holds session ids, notebook *file names*
+The queue is the one place shared between users: it holds session ids, notebook *file names*
 (not their folders), user names and sizes, and nothing else.
 """
 
@@ -22,10 +26,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import sqlite3
-import stat
-import tempfile
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -35,27 +35,14 @@ from traitlets.config import LoggingConfigurable
 
 from .base import Grant, Holder, Need, Verdict
 
-DB_NAME = "capacity-queue.sqlite"
-
-MIGRATIONS = [
-    """
-    CREATE TABLE servers (id TEXT PRIMARY KEY, user TEXT, label TEXT, pid INTEGER,
-                          lease_until REAL NOT NULL);
-    CREATE TABLE entries (id INTEGER PRIMARY KEY AUTOINCREMENT, rank REAL NOT NULL,
-                          session_id TEXT NOT NULL, server_id TEXT NOT NULL, name TEXT,
-                          user TEXT, since REAL NOT NULL, needs_bytes INTEGER NOT NULL,
-                          reason TEXT, message TEXT);
-    CREATE INDEX entries_rank ON entries(rank);
-    CREATE TABLE holders (server_id TEXT NOT NULL, session_id TEXT NOT NULL,
-                          bytes INTEGER NOT NULL, devices TEXT NOT NULL,
-                          reserved INTEGER NOT NULL, since REAL NOT NULL,
-                          PRIMARY KEY (server_id, session_id));
-    """,
-]
-
 
 class QueueError(Exception):
-    """The queue folder cannot be used (permissions, not a folder, a broken database)."""
+    """The queue cannot be used (permissions, not a folder, a broken database)."""
+
+
+class QueueUnavailable(QueueError):
+    """The queue's database cannot be reached now (PostgreSQL down, the network); the next
+    call tries again."""
 
 
 @dataclass(frozen=True)
@@ -67,47 +54,21 @@ class Turn:
     verdict: Verdict | None = None
 
 
-def check_queue_folder(folder: str) -> None:
-    """Raise QueueError saying what is wrong when this server cannot share ``folder``."""
-    if os.path.exists(folder) and not os.path.isdir(folder):
-        raise QueueError(f"{folder} is not a folder")
-    if not os.path.isdir(folder):
-        try:
-            os.makedirs(folder, mode=0o700)
-        except OSError as e:
-            raise QueueError(f"cannot create {folder}: {e.strerror}") from None
-    try:  # the real test (os.access says yes to root on a read-only filesystem)
-        fd, probe = tempfile.mkstemp(prefix=".write-test-", dir=folder)
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as e:
-        raise QueueError(
-            f"this server cannot write to {folder} ({e.strerror}); every server sharing the "
-            "queue needs write access to the folder (a common group: chgrp <group> the folder "
-            "and chmod 2770 it)"
-        ) from None
-    for name in (DB_NAME, DB_NAME + "-wal", DB_NAME + "-shm"):
-        path = os.path.join(folder, name)
-        if os.path.exists(path) and not os.access(path, os.R_OK | os.W_OK):
-            raise QueueError(
-                f"this server's user cannot read and write {path}; it needs the group of the "
-                "other servers and mode 0660 (chmod 0660, chgrp the common group)"
-            )
+class CapacityQueue(LoggingConfigurable):
+    """What every queue does; subclasses connect, run a transaction and say the time.
 
+    SQL here is written for both SQLite and PostgreSQL, with ``?`` placeholders; ``_q``
+    runs one statement. ``self.now`` is the transaction's clock (the database's own where
+    servers on several machines compare leases).
+    """
 
-def _shared_mode(folder: str) -> int:
-    """0660 in a folder the group may write (shared between users' servers), else 0600."""
-    return 0o660 if stat.S_IMODE(os.stat(folder).st_mode) & 0o020 else 0o600
-
-
-class FolderQueue(LoggingConfigurable):
-    """The queue in a folder on this machine's local disk (SQLite locking is unsafe on NFS)."""
+    kind = ""  # "folder" | "postgresql"
 
     lease_seconds = Float(
         30.0,
         help="How long a server's queue entries and GPU holdings outlive it if it dies "
-        "without leaving the queue (SIGKILL, power loss); renewed every third of it while "
-        "the server runs. Default: 30. Must be >= 1.",
+        "without leaving the queue (SIGKILL, power loss, a lost node); renewed every third "
+        "of it while the server runs. Default: 30. Must be >= 1.",
     ).tag(config=True)
 
     poll_interval = Float(
@@ -119,124 +80,119 @@ class FolderQueue(LoggingConfigurable):
     @validate("lease_seconds")
     def _lease(self, proposal):
         if not proposal["value"] >= 1:
-            raise TraitError(f"FolderQueue.lease_seconds = {proposal['value']!r}: must be >= 1")
+            raise TraitError(f"CapacityQueue.lease_seconds = {proposal['value']!r}: must be >= 1")
         return proposal["value"]
 
     @validate("poll_interval")
     def _poll(self, proposal):
         if not proposal["value"] > 0:
-            raise TraitError(f"FolderQueue.poll_interval = {proposal['value']!r}: must be > 0")
+            raise TraitError(f"CapacityQueue.poll_interval = {proposal['value']!r}: must be > 0")
         return proposal["value"]
 
-    def __init__(self, folder: str, server_id: str, user: str, label: str, **kwargs):
+    def __init__(self, server_id: str, user: str, label: str, **kwargs):
         super().__init__(**kwargs)
-        self.folder, self.server_id, self.user, self.label = folder, server_id, user, label
-        self.path = os.path.join(folder, DB_NAME)
+        self.server_id, self.user, self.label = server_id, user, label
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpu-pause-queue")
-        self._db: sqlite3.Connection | None = None
+        self._db = None  # the worker thread's connection, made by the first transaction
+        self.now = 0.0
 
-    # -- the worker thread's side ----------------------------------------------------------
-    def _connect(self) -> sqlite3.Connection:
-        if self._db is None:
-            check_queue_folder(self.folder)
-            mode = _shared_mode(self.folder)
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, mode)
-            try:
-                if os.fstat(fd).st_uid == os.geteuid():  # ours: set the mode past the umask
-                    os.fchmod(fd, mode)
-            finally:
-                os.close(fd)
-            db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=NORMAL")
-            self._db = db
-            self._tx(self._migrate)
-        return self._db
+    @property
+    def where(self) -> str:
+        """Where the queue is, for messages and ``GET capacity`` (no password)."""
+        raise NotImplementedError
 
+    # -- subclasses ----------------------------------------------------------------------------
     def _tx(self, fn, *args):
-        """Run ``fn(db, *args)`` in one write transaction (a lock held from the first read)."""
-        db = self._connect()
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            out = fn(db, *args)
-            db.execute("COMMIT")
-            return out
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
+        """Run ``fn(db, *args)`` in one write transaction, serialised with every other
+        server's, ``self.now`` set to its clock."""
+        raise NotImplementedError
 
-    def _migrate(self, db) -> None:
-        version = db.execute("PRAGMA user_version").fetchone()[0]
-        for i, script in enumerate(MIGRATIONS[version:], start=version + 1):
-            for statement in filter(None, (part.strip() for part in script.split(";"))):
-                db.execute(statement)
-            db.execute(f"PRAGMA user_version={i}")
+    def _q(self, db, sql: str, params=()):
+        return db.execute(sql, params)
 
+    def _disconnect(self) -> None:
+        db, self._db = self._db, None
+        if db is not None:
+            try:
+                db.close()
+            except Exception:  # a connection already broken
+                pass
+
+    # -- the worker thread's side --------------------------------------------------------------
     def _renew(self, db) -> bool:
         """Extend this server's lease; False when it had lapsed (its rows are gone)."""
-        until = time.time() + self.lease_seconds
-        cur = db.execute("UPDATE servers SET lease_until = ? WHERE id = ?", (until, self.server_id))
+        until = self.now + self.lease_seconds
+        cur = self._q(
+            db, "UPDATE servers SET lease_until = ? WHERE id = ?", (until, self.server_id)
+        )
         if cur.rowcount:
             return True
-        db.execute(
-            "INSERT INTO servers (id, user, label, pid, lease_until) VALUES (?, ?, ?, ?, ?)",
+        self._q(
+            db,
+            'INSERT INTO servers (id, "user", label, pid, lease_until) VALUES (?, ?, ?, ?, ?)',
             (self.server_id, self.user, self.label, os.getpid(), until),
         )
         return False
 
-    @staticmethod
-    def _expire(db) -> None:
-        db.execute("DELETE FROM servers WHERE lease_until < ?", (time.time(),))
+    def _expire(self, db) -> None:
+        self._q(db, "DELETE FROM servers WHERE lease_until < ?", (self.now,))
         for table in ("entries", "holders"):
-            db.execute(f"DELETE FROM {table} WHERE server_id NOT IN (SELECT id FROM servers)")
+            self._q(db, f"DELETE FROM {table} WHERE server_id NOT IN (SELECT id FROM servers)")
 
-    @staticmethod
-    def _holders(db) -> list[Holder]:
-        rows = db.execute(
-            "SELECT session_id, server_id, bytes, devices, reserved FROM holders"
+    def _holders(self, db) -> list[Holder]:
+        rows = self._q(
+            db, "SELECT session_id, server_id, bytes, devices, reserved FROM holders"
         ).fetchall()
         return [Holder(r[0], r[1], r[2], tuple(json.loads(r[3])), bool(r[4])) for r in rows]
 
-    def _hold(self, db, session_id: str, grant: Grant) -> None:
-        db.execute(
-            "INSERT OR REPLACE INTO holders (server_id, session_id, bytes, devices, reserved, "
-            "since) VALUES (?, ?, ?, ?, 1, ?)",
-            (self.server_id, session_id, grant.bytes, json.dumps(grant.devices), time.time()),
+    def _upsert_holder(self, db, session_id, nbytes, devices, reserved: bool) -> None:
+        devices = json.dumps(list(devices))
+        self._q(
+            db,
+            "INSERT INTO holders (server_id, session_id, bytes, devices, reserved, since) "
+            "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (server_id, session_id) DO UPDATE SET "
+            "bytes = excluded.bytes, devices = excluded.devices, reserved = excluded.reserved",
+            (self.server_id, session_id, nbytes, devices, int(reserved), self.now),
         )
+
+    def _hold(self, db, session_id: str, grant: Grant) -> None:
+        self._upsert_holder(db, session_id, grant.bytes, grant.devices, True)
+
+    def _insert_entry(self, db, need: Need, name: str, since: float, rank, entry=None) -> int:
+        columns = 'rank, session_id, server_id, name, "user", since, needs_bytes'
+        values = [rank or 0, need.session_id, self.server_id, name, self.user, since, need.total]
+        if entry is not None:
+            columns, values = "id, " + columns, [entry, *values]
+        marks = ", ".join("?" * len(values))
+        sql = f"INSERT INTO entries ({columns}) VALUES ({marks}) RETURNING id"
+        return self._q(db, sql, values).fetchone()[0]
 
     def _join(self, db, need: Need, name: str, since: float, rank: float | None) -> tuple:
         self._renew(db)
-        cur = db.execute(
-            "INSERT INTO entries (rank, session_id, server_id, name, user, since, needs_bytes) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (rank or 0, need.session_id, self.server_id, name, self.user, since, need.total),
-        )
-        entry = cur.lastrowid
+        entry = self._insert_entry(db, need, name, since, rank)
         if rank is None:
             rank = float(entry)
-            db.execute("UPDATE entries SET rank = ? WHERE id = ?", (rank, entry))
+            self._q(db, "UPDATE entries SET rank = ? WHERE id = ?", (rank, entry))
         return entry, rank
 
     def _turn(self, db, entry: int, rank: float, need: Need, name: str, since: float, decide):
         self._renew(db)
         self._expire(db)
-        if db.execute("SELECT 1 FROM entries WHERE id = ?", (entry,)).fetchone() is None:
-            # our lease lapsed (a stalled event loop): back in line at the same place
-            db.execute(
-                "INSERT INTO entries (id, rank, session_id, server_id, name, user, since, "
-                "needs_bytes) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (entry, rank, need.session_id, self.server_id, name, self.user, since, need.total),
-            )
-        ahead = db.execute(
+        if self._q(db, "SELECT 1 FROM entries WHERE id = ?", (entry,)).fetchone() is None:
+            # our lease lapsed (a stalled event loop, an outage): back in line at our place
+            self._insert_entry(db, need, name, since, rank, entry)
+        ahead = self._q(
+            db,
             "SELECT COUNT(*) FROM entries WHERE rank < ? OR (rank = ? AND id < ?)",
             (rank, rank, entry),
         ).fetchone()[0]
         verdict: Verdict = decide(need, self._holders(db))
         if ahead == 0 and verdict.grant is not None:
-            db.execute("DELETE FROM entries WHERE id = ?", (entry,))
+            self._q(db, "DELETE FROM entries WHERE id = ?", (entry,))
             self._hold(db, need.session_id, verdict.grant)
             return Turn(verdict.grant)
-        db.execute(
+        self._q(
+            db,
             "UPDATE entries SET reason = ?, message = ? WHERE id = ?",
             (verdict.reason or "queue", verdict.message, entry),
         )
@@ -245,7 +201,7 @@ class FolderQueue(LoggingConfigurable):
     def _try_now(self, db, need: Need, decide) -> Grant | None:
         self._renew(db)
         self._expire(db)
-        if db.execute("SELECT COUNT(*) FROM entries").fetchone()[0]:
+        if self._q(db, "SELECT COUNT(*) FROM entries").fetchone()[0]:
             return None  # others are in line first
         verdict = decide(need, self._holders(db))
         if verdict.grant is not None:
@@ -254,8 +210,9 @@ class FolderQueue(LoggingConfigurable):
 
     def _leave(self, db, entry: int | None, session_id: str) -> None:
         if entry is not None:
-            db.execute("DELETE FROM entries WHERE id = ?", (entry,))
-        db.execute(
+            self._q(db, "DELETE FROM entries WHERE id = ?", (entry,))
+        self._q(
+            db,
             "DELETE FROM holders WHERE server_id = ? AND session_id = ?",
             (self.server_id, session_id),
         )
@@ -263,38 +220,29 @@ class FolderQueue(LoggingConfigurable):
     def _set_holders(self, db, holders: list[Holder]) -> None:
         self._renew(db)
         keep = {h.session_id for h in holders}
-        for (sid,) in db.execute(
-            "SELECT session_id FROM holders WHERE server_id = ?", (self.server_id,)
-        ).fetchall():
+        mine = self._q(
+            db, "SELECT session_id FROM holders WHERE server_id = ?", (self.server_id,)
+        ).fetchall()
+        for (sid,) in mine:
             if sid not in keep:
-                db.execute(
+                self._q(
+                    db,
                     "DELETE FROM holders WHERE server_id = ? AND session_id = ?",
                     (self.server_id, sid),
                 )
         for h in holders:
-            db.execute(
-                "INSERT INTO holders (server_id, session_id, bytes, devices, reserved, since) "
-                "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (server_id, session_id) DO UPDATE SET "
-                "bytes = excluded.bytes, devices = excluded.devices, reserved = excluded.reserved",
-                (
-                    self.server_id,
-                    h.session_id,
-                    h.bytes,
-                    json.dumps(list(h.devices)),
-                    int(h.reserved),
-                    time.time(),
-                ),
-            )
+            self._upsert_holder(db, h.session_id, h.bytes, h.devices, h.reserved)
 
     def _snapshot(self, db) -> dict:
         self._expire(db)
         servers = {
             r[0]: {"user": r[1], "label": r[2]}
-            for r in db.execute("SELECT id, user, label FROM servers").fetchall()
+            for r in self._q(db, 'SELECT id, "user", label FROM servers').fetchall()
         }
-        entries = db.execute(
-            "SELECT session_id, server_id, name, user, since, needs_bytes, reason, message "
-            "FROM entries ORDER BY rank, id"
+        entries = self._q(
+            db,
+            'SELECT session_id, server_id, name, "user", since, needs_bytes, reason, message '
+            "FROM entries ORDER BY rank, id",
         ).fetchall()
         queue = [
             {
@@ -314,11 +262,11 @@ class FolderQueue(LoggingConfigurable):
         return {"queue": queue, "holders": self._holders(db), "servers": servers}
 
     def _close(self, db) -> None:
-        db.execute("DELETE FROM entries WHERE server_id = ?", (self.server_id,))
-        db.execute("DELETE FROM holders WHERE server_id = ?", (self.server_id,))
-        db.execute("DELETE FROM servers WHERE id = ?", (self.server_id,))
+        self._q(db, "DELETE FROM entries WHERE server_id = ?", (self.server_id,))
+        self._q(db, "DELETE FROM holders WHERE server_id = ?", (self.server_id,))
+        self._q(db, "DELETE FROM servers WHERE id = ?", (self.server_id,))
 
-    # -- the event loop's side ----------------------------------------------------------------
+    # -- the event loop's side -----------------------------------------------------------------
     async def _run(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
 
@@ -366,7 +314,8 @@ class FolderQueue(LoggingConfigurable):
         try:
             if self._db is not None:
                 await self._in_tx(self._close)
-                await self._run(self._db.close)
-                self._db = None
+        except QueueUnavailable as e:  # our rows expire with our lease
+            self.log.warning("jupyter_gpu_pause: could not leave the capacity queue: %s", e)
         finally:
+            await self._run(self._disconnect)
             self._pool.shutdown(wait=False)

@@ -1,10 +1,14 @@
-"""What resumes and the session table talk to: the provider, the node's queue, and this
-server's part of the node's usage.
+"""What resumes and the session table talk to: the provider, the queue, and this server's
+part of the usage the queue counts.
 
 ``wait`` keeps a resume in line until the provider grants it (FIFO across every server on the
 queue); ``try_now`` is the "a GPU if one is free now" of ``device: "any"``; ``changed`` tells
 the queue, soon and coalesced, which GPU sessions this server holds (a pause, a kernel's end,
 a new GPU kernel), and wakes this server's own waiters at once.
+
+A queue in PostgreSQL can be down. Then ``unavailable`` says why: a new resume is refused with
+503 ``capacity-unavailable`` (``check``), a waiting resume stays in line saying so and goes on
+when the database is back, and the heartbeat tells the queue this server's usage again.
 """
 
 from __future__ import annotations
@@ -14,9 +18,9 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
 
 from ...store.format import iso
-from ..errors import GpuPauseError
+from ..errors import GpuPauseError, Unavailable
 from .base import CapacityProvider, Grant, Holder, Need, Verdict
-from .queue import FolderQueue, Turn
+from .queue import CapacityQueue, QueueUnavailable, Turn
 
 
 class NeverFits(GpuPauseError):
@@ -26,11 +30,17 @@ class NeverFits(GpuPauseError):
         super().__init__(message, "too-large")
 
 
+class CapacityUnavailable(Unavailable):
+    """The queue cannot be reached: a GPU resume cannot be granted, nor safely queued."""
+
+    reason = "capacity-unavailable"
+
+
 class Capacity:
     def __init__(
         self,
         provider: CapacityProvider,
-        queue: FolderQueue | None,
+        queue: CapacityQueue | None,
         holders: Callable[[], list[Holder]],
         log,
         configured: str | None = None,
@@ -41,6 +51,7 @@ class Capacity:
         self._sync_task: asyncio.Task | None = None
         self._dirty = False
         self._heartbeat: asyncio.Task | None = None
+        self.unavailable: str | None = None  # why the queue cannot be used now
 
     @property
     def name(self) -> str:
@@ -53,9 +64,45 @@ class Capacity:
     # -- running -------------------------------------------------------------------------------
     async def start(self) -> None:
         if self.queue is not None:
-            await self.queue.open()
+            try:
+                await self.queue.open()
+            except QueueUnavailable as e:
+                self._down(e)
             self._heartbeat = asyncio.ensure_future(self._renew_forever())
             self.changed()
+
+    def _down(self, e: QueueUnavailable) -> None:
+        if self.unavailable is None:
+            self.log.error(
+                "jupyter_gpu_pause: %s. Pauses go on; resumes of GPU sessions answer 503 "
+                "and waiting ones keep their place until it is back (tried again every %g s)",
+                e,
+                self.queue.lease_seconds / 3,
+            )
+        self.unavailable = str(e)
+
+    def _up(self) -> None:
+        if self.unavailable is not None:
+            self.unavailable = None
+            self.log.warning(
+                "jupyter_gpu_pause: the capacity queue at %s is back", self.queue.where
+            )
+            self.changed()  # what changed meanwhile: tell it this server's GPU sessions
+
+    async def check(self) -> None:
+        """Raise CapacityUnavailable when the queue cannot be reached (tried now, if it
+        could not be the last time)."""
+        if self.queue is None or self.unavailable is None:
+            return
+        try:
+            await self.queue.renew()
+        except QueueUnavailable as e:
+            self._down(e)
+            raise CapacityUnavailable(
+                f"{e}: a GPU resume cannot wait in line now. Your checkpoint is safe; try "
+                "again when it is back, or resume on the CPU"
+            ) from None
+        self._up()
 
     async def stop(self) -> None:
         for task in (self._heartbeat, self._sync_task):
@@ -72,6 +119,9 @@ class Capacity:
                 if not await self.queue.renew():  # lapsed: others dropped our holdings
                     self.log.warning("jupyter_gpu_pause: the capacity queue lease had lapsed")
                     self.changed()
+                self._up()
+            except QueueUnavailable as e:
+                self._down(e)
             except Exception:
                 self.log.exception("jupyter_gpu_pause: could not renew the capacity queue lease")
 
@@ -101,11 +151,18 @@ class Capacity:
             verdict = self._decide(need, [])
             return verdict.grant or Grant(), None
         stamp = since.timestamp()
-        entry, rank = await self.queue.join(need, name, stamp, rank)
+        entry = None
         try:
             while True:
                 wake = self._wake
-                turn = await self.queue.turn(entry, rank, need, name, stamp, self._decide)
+                try:
+                    if entry is None:
+                        entry, rank = await self.queue.join(need, name, stamp, rank)
+                    turn = await self.queue.turn(entry, rank, need, name, stamp, self._decide)
+                    self._up()
+                except QueueUnavailable as e:  # keep the place (it outlives an outage
+                    self._down(e)  # shorter than the lease) and look again
+                    turn = Turn(None, 0, Verdict(reason="queue-unavailable", message=str(e)))
                 if turn.grant is not None:
                     return turn.grant, rank
                 await on_wait(turn)
@@ -114,18 +171,25 @@ class Capacity:
                 except asyncio.TimeoutError:
                     pass
         except BaseException:
-            await asyncio.shield(self._leave(entry, need.session_id))
+            if entry is not None:
+                await asyncio.shield(self._leave(entry, need.session_id))
             raise
 
     async def try_now(self, need: Need) -> Grant | None:
         """A grant if nobody is in line and it fits now, else None (never waits)."""
         if self.queue is None:
             return self.provider.decide(need, []).grant
-        return await self.queue.try_now(need, self.provider.decide)
+        try:
+            return await self.queue.try_now(need, self.provider.decide)
+        except QueueUnavailable as e:  # nobody can say a GPU is free: the CPU, as asked
+            self._down(e)
+            return None
 
     async def _leave(self, entry: int | None, session_id: str) -> None:
         try:
             await self.queue.leave(entry, session_id)
+        except QueueUnavailable as e:  # told again by the heartbeat once it is back
+            self._down(e)
         except Exception:
             self.log.exception("jupyter_gpu_pause: could not leave the capacity queue")
         self._notify()
@@ -150,6 +214,9 @@ class Capacity:
             self._dirty = False
             try:
                 await self.queue.set_holders(self._holders())
+                self._up()
+            except QueueUnavailable as e:  # told again by the heartbeat once it is back
+                self._down(e)
             except Exception:
                 self.log.exception("jupyter_gpu_pause: could not update the capacity queue")
             self._notify()
@@ -164,7 +231,13 @@ class Capacity:
     # -- GET capacity --------------------------------------------------------------------------
     async def describe(self, paths: dict[str, str]) -> dict:
         """``paths``: this server's session ids → notebook paths (others show file names)."""
-        snap = await self.queue.snapshot() if self.queue else {"queue": [], "holders": []}
+        snap = {"queue": [], "holders": []}
+        if self.queue is not None:
+            try:
+                snap = await self.queue.snapshot()
+                self._up()
+            except QueueUnavailable as e:
+                self._down(e)
         holders = snap["holders"]
         queue = []
         for e in snap["queue"]:
@@ -184,7 +257,10 @@ class Capacity:
         return {
             "provider": self.provider.name,
             "configured": self.configured,
-            "queue_folder": self.queue.folder if self.queue else None,
+            "queue_folder": getattr(self.queue, "folder", None),
+            "queue_url": self.queue.where if self.queue else None,
+            "queue_available": self.queue is not None and self.unavailable is None,
+            "queue_error": self.unavailable,
             "devices": self.provider.devices(holders),
             "limits": self.provider.limits(),
             "usage": {"sessions": len(holders), "gpu_bytes": sum(h.bytes for h in holders)},

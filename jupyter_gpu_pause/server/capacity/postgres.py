@@ -1,0 +1,156 @@
+"""The queue in PostgreSQL: one line and one usage count for every server of a cluster.
+
+``capacity_queue_url = "postgresql://…"`` (JupyterHub deployments already run one). Same tables
+and rules as the folder queue (``queue.py``), in the schema ``gpu_pause`` so that they never meet
+the Hub's own tables in a shared database. Every decision is one transaction that first takes a
+cluster-wide advisory lock (``pg_advisory_xact_lock``): two servers never grant the same room,
+and a server that dies between two statements leaves nothing behind, since PostgreSQL rolls the
+transaction back with the connection. Leases compare the database's clock, never the nodes'.
+
+The database being unreachable is an expected state, not a crash: every call raises
+``QueueUnavailable`` (the connection is dropped and made again by the next call), and the
+service above says so to the user and tries again.
+"""
+
+from __future__ import annotations
+
+import re
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+
+from .queue import CapacityQueue, QueueError, QueueUnavailable
+
+SCHEMA = "gpu_pause"
+LOCK_KEY = 0x6770_7061_7573_65  # "gppause": every transaction of the queue holds it
+
+SCHEMES = ("postgresql://", "postgres://", "postgresql+psycopg://", "postgresql+psycopg2://")
+
+# What a connection does when the database or the network stalls: give up instead of holding
+# the queue's thread forever (a frozen server, a dropped route).
+CONNECT_DEFAULTS = {
+    "connect_timeout": "5",
+    "keepalives": "1",
+    "keepalives_idle": "5",
+    "keepalives_interval": "2",
+    "keepalives_count": "3",
+    "tcp_user_timeout": "10000",
+    "application_name": "jupyter_gpu_pause",
+}
+
+# Migration i brings the schema from version i to i + 1; the version is in schema_version.
+MIGRATIONS = [
+    f"""
+    CREATE TABLE {SCHEMA}.servers (id TEXT PRIMARY KEY, "user" TEXT, label TEXT, pid INTEGER,
+                                   lease_until DOUBLE PRECISION NOT NULL);
+    CREATE TABLE {SCHEMA}.entries (id BIGSERIAL PRIMARY KEY, rank DOUBLE PRECISION NOT NULL,
+                                   session_id TEXT NOT NULL, server_id TEXT NOT NULL, name TEXT,
+                                   "user" TEXT, since DOUBLE PRECISION NOT NULL,
+                                   needs_bytes BIGINT NOT NULL, reason TEXT, message TEXT);
+    CREATE INDEX entries_rank ON {SCHEMA}.entries (rank);
+    CREATE TABLE {SCHEMA}.holders (server_id TEXT NOT NULL, session_id TEXT NOT NULL,
+                                   bytes BIGINT NOT NULL, devices TEXT NOT NULL,
+                                   reserved INTEGER NOT NULL, since DOUBLE PRECISION NOT NULL,
+                                   PRIMARY KEY (server_id, session_id))
+    """,
+]
+
+
+def is_postgres_url(url: str) -> bool:
+    return url.startswith(SCHEMES)
+
+
+def parse_postgres_url(url: str) -> dict:
+    """The connection parameters of ``url`` (QueueError naming what is wrong), with the
+    timeouts above unless the URL sets its own."""
+    scheme, rest = url.split("://", 1)
+    try:
+        params = conninfo_to_dict("postgresql://" + rest)
+    except psycopg.ProgrammingError as e:  # libpq may quote the URL, password and all
+        why = re.sub(r'"?postgres[^"\s]*"?', "the URL", str(e).strip())
+        raise QueueError(f"not a valid PostgreSQL URL: {why}") from None
+    ports = (params.get("port") or "5432").split(",")
+    if not all(p.strip().isdigit() for p in ports):
+        raise QueueError(f"not a valid PostgreSQL URL: the port {params['port']!r} is not a number")
+    for key, value in CONNECT_DEFAULTS.items():
+        params.setdefault(key, value)
+    return params
+
+
+def describe_url(params: dict) -> str:
+    """``postgresql://user@host:port/db``: where the queue is, without its password."""
+    user = f"{params['user']}@" if params.get("user") else ""
+    host = params.get("host") or "localhost"
+    port = f":{params['port']}" if params.get("port") else ""
+    return f"postgresql://{user}{host}{port}/{params.get('dbname') or ''}"
+
+
+class PostgresQueue(CapacityQueue):
+    """The queue in a PostgreSQL database shared by the servers of a cluster."""
+
+    kind = "postgresql"
+
+    def __init__(self, url: str, server_id: str, user: str, label: str, **kwargs):
+        super().__init__(server_id, user, label, **kwargs)
+        self.params = parse_postgres_url(url)
+
+    @property
+    def where(self) -> str:
+        return describe_url(self.params)
+
+    def _q(self, db, sql: str, params=()):
+        return db.execute(sql.replace("?", "%s"), params)
+
+    def _connect(self) -> psycopg.Connection:
+        if self._db is None:
+            self._db = psycopg.connect(**self.params, autocommit=True)
+            try:
+                self._locked(self._migrate)
+            except BaseException:
+                self._disconnect()
+                raise
+        return self._db
+
+    def _locked(self, fn, *args):
+        """``fn(db, *args)`` in one transaction holding the queue's lock, its clock in
+        ``self.now``."""
+        db = self._db
+        with db.transaction():
+            now = db.execute(
+                "SELECT pg_advisory_xact_lock(%s), extract(epoch FROM clock_timestamp())",
+                (LOCK_KEY,),
+            ).fetchone()[1]
+            db.execute(f"SET LOCAL search_path TO {SCHEMA}")
+            self.now = float(now)
+            return fn(db, *args)
+
+    def _tx(self, fn, *args):
+        try:
+            self._connect()
+            return self._locked(fn, *args)
+        except psycopg.Error as e:
+            # Unreachable, or refused (a role without rights, a full disk): either way an
+            # admin fixes it while the server runs, and the next call tries again.
+            self._disconnect()
+            what = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            how = "be reached" if isinstance(e, psycopg.OperationalError) else "be used"
+            message = f"the capacity queue at {self.where} cannot {how} ({what})"
+            raise QueueUnavailable(message) from None
+
+    def _migrate(self, db) -> None:
+        db.execute(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
+        db.execute(f"CREATE TABLE IF NOT EXISTS {SCHEMA}.schema_version (version INTEGER)")
+        row = db.execute(f"SELECT version FROM {SCHEMA}.schema_version").fetchone()
+        version = row[0] if row else 0
+        if version > len(MIGRATIONS):
+            raise QueueError(
+                f"the capacity queue at {self.where} has schema version {version}, newer than "
+                f"this version of jupyter_gpu_pause knows ({len(MIGRATIONS)}): upgrade it"
+            )
+        for script in MIGRATIONS[version:]:
+            for statement in filter(None, (part.strip() for part in script.split(";"))):
+                db.execute(statement)
+        if row is None:
+            db.execute(f"INSERT INTO {SCHEMA}.schema_version VALUES (%s)", (len(MIGRATIONS),))
+        else:
+            db.execute(f"UPDATE {SCHEMA}.schema_version SET version = %s", (len(MIGRATIONS),))
