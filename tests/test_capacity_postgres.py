@@ -16,6 +16,7 @@ import pytest
 from tests.postgres import Postgres, _free_port
 from tests.servers import READBACK, STATE, Server
 from tests.test_capacity_node import ask_resume, config, paused_notebook, running, until
+from tests.test_cli import cli_env, run_cli
 
 PASSWORD = "Sup3r-secret-pw"
 
@@ -94,6 +95,13 @@ def test_an_unreachable_database_at_start_serves_notebooks_pauses_and_refuses_re
         assert server.sessions()[s["id"]]["state"] == "paused"
         code, cap = server.api("GET", "gpu-pause/api/capacity")
         assert cap["queue_available"] is False and cap["queue_url"].startswith("postgresql://gp@")
+        # and an operator's `jupyter gpu-pause capacity` says so
+        env = {**cli_env(server.runtime), "JUPYTER_CONFIG_DIR": str(server.tmp / "config")}
+        shown = run_cli(env, "capacity")
+        assert shown.returncode == 0, shown.stderr
+        assert "queue (postgresql://gp@127.0.0.1:" in shown.stdout, shown.stdout
+        assert "UNAVAILABLE: the capacity queue at" in shown.stdout, shown.stdout
+        assert PASSWORD not in shown.stdout
         # The way out it names: resume on the CPU, variables back
         code, _ = server.api("POST", f"gpu-pause/api/sessions/{s['id']}/resume", {"device": "cpu"})
         assert code == 202

@@ -157,7 +157,11 @@ class CapacityCommand(Command):
                 ],
             )
         queue = doc.get("queue") or []
-        out.line(f"queue: {len(queue)} waiting")
+        where = f" ({doc['queue_url']})" if doc.get("queue_url") else ""
+        if doc.get("queue_available") is False:
+            out.line(f"queue{where}: UNAVAILABLE: {doc.get('queue_error')}")
+        else:
+            out.line(f"queue{where}: {len(queue)} waiting")
         if queue:
             out.table(
                 ["POS", "NOTEBOOK", "USER", "SINCE", "NEEDS", "REASON"],
