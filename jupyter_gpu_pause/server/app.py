@@ -186,6 +186,15 @@ class GpuPauseApp(ExtensionApp):
     def _capacity_queue_url_default(self):
         return _data()
 
+    store_rescan_interval = Float(
+        60.0,
+        help="Seconds between two reads of the store for sessions this server does not know "
+        "(paused by another server of the same user and root folder sharing the store: "
+        "another node) and paused sessions with a newer checkpoint (resumed and paused again "
+        "there). Each read lists the store's sessions and each paused session's checkpoints. "
+        "Default: 60. 0 = only once, at start.",
+    ).tag(config=True)
+
     resume_timeout = Float(
         1800.0,
         help="Longest a resume waits in line for a GPU before it fails, the checkpoint "
@@ -327,7 +336,9 @@ class GpuPauseApp(ExtensionApp):
             )
         return proposal["value"]
 
-    @validate("gpu_hold_alarm_hours", "max_checkpoint_bytes", "resume_timeout")
+    @validate(
+        "gpu_hold_alarm_hours", "max_checkpoint_bytes", "resume_timeout", "store_rescan_interval"
+    )
     def _not_negative(self, proposal):
         return not_negative(self, proposal, " (0 turns it off)")
 
@@ -505,6 +516,7 @@ class GpuPauseApp(ExtensionApp):
             resume_timeout=self.resume_timeout,
             configured_provider=self._provider_short_name(),
             restore_slots=self.max_concurrent_restores,
+            rescan_interval=self.store_rescan_interval,
             settings=PauseSettings(
                 store_url=self._store.url,
                 store_options=dict(self.store_options),

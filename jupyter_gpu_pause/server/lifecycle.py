@@ -47,16 +47,19 @@ class Lifecycle:
         resume_timeout: float = 0,
         configured_provider: str | None = None,
         restore_slots: int = 0,
+        rescan_interval: float = 0,
     ):
+        self.rescan_interval = rescan_interval  # seconds between two reads of the store
         self.bridge, self.records, self.checkpoints = bridge, records, checkpoints
         self.settings, self.log = settings, log
         self.gpu_kernelspecs, self.resume_timeout = tuple(gpu_kernelspecs), resume_timeout
         self.capacity = Capacity(
             provider,
-            queue if provider.queued else None,
+            queue,
             self._gpu_holders,
             log,
             configured_provider,
+            live=self._live,
         )
         self.ops = Operations(self._rescue, log)
         # resumes restoring at once (0: twice the CPUs this server may use); see slots.py
@@ -94,10 +97,18 @@ class Lifecycle:
         self._recovery = asyncio.ensure_future(self._recover())
 
     async def _recover(self) -> None:
-        try:
-            await Recovery(self).run()
-        except Exception:
-            self.log.exception("jupyter_gpu_pause: could not compare the records with the store")
+        again = False
+        while True:
+            try:
+                await Recovery(self, again).run()
+            except Exception:
+                self.log.exception(
+                    "jupyter_gpu_pause: could not compare the records with the store"
+                )
+            if self.rescan_interval <= 0:
+                return
+            again = True
+            await asyncio.sleep(self.rescan_interval)
 
     async def wait_started(self) -> None:
         """Hold a request until the records are loaded; refuse every one if loading failed."""
@@ -185,6 +196,10 @@ class Lifecycle:
     def gpu_session(self, s: Session) -> bool:
         return is_gpu_session(s, self.gpu_kernelspecs)
 
+    def _live(self) -> set[str]:
+        """Sessions this server runs: a kernel, or an operation under way."""
+        return {s.id for s in self.table.sessions.values() if s.state not in ("paused", "failed")}
+
     def _gpu_holders(self):
         return holders(self.table.sessions.values(), self.gpu_kernelspecs, self.bridge.is_running)
 
@@ -216,7 +231,8 @@ class Lifecycle:
         kernel = self.bridge.kernel(s.kernel_id) if running else None
         busy = self.user_busy(s.kernel_id) if running and self.user_busy else None
         notice = self.checkpoints.key_problem if s.checkpoint and not running else None
-        return session_json(s, kernel, busy, notice, self.gpu_session(s))
+        elsewhere = None if running else self.capacity.elsewhere.get(s.id)
+        return session_json(s, kernel, busy, notice, self.gpu_session(s), elsewhere)
 
     async def kernel_session(self, kernel_id: str) -> Session:
         """The session of a running kernel (for the kernel's own requests)."""
@@ -345,8 +361,6 @@ class Lifecycle:
                 raise WrongState(
                     "cannot resume: the session has no checkpoint in the store", "no-checkpoint"
                 )
-            if device not in ("cpu", "any") and (device == "gpu" or self.gpu_session(s)):
-                await self.capacity.check()  # 503 capacity-unavailable: the queue is down
             live = await self.bridge.kernel_for_path(s.path)
             if into_kernel is not None and into_kernel != live:
                 raise BadRequest(
@@ -359,7 +373,10 @@ class Lifecycle:
                     "its variables. Pass into_kernel to restore into it, or shut it down first.",
                     "kernel-exists",
                 )
+            # one server at a time: 409 resumed-elsewhere, 503 when the queue cannot tell
+            await self.capacity.claim(s.id)
             s.state, s.error, s.message = "waiting", None, "Waiting for capacity"
+            self.capacity.claimed(s.id)
             await self.table.persist(s)
             op = Op("resume", s, kernel_id=into_kernel)
             options = ResumeOptions(tuple(ids), device, into_kernel)

@@ -9,7 +9,12 @@ At start, after the records are loaded, the store is read once in the background
   user discarded while keeping their checkpoints stay discarded (a ``discarded`` event says
   so; it lives in the records, so it is lost with them);
 - a paused session whose checkpoints have all gone from the store (deleted by hand) is shown
-  ``failed`` with an error saying so, instead of failing later at resume time.
+  ``failed`` with an error saying so, instead of failing later at resume time;
+- a paused session with a newer checkpoint than the records know (resumed and paused again
+  on another server sharing the store) shows that newest checkpoint.
+
+With ``store_rescan_interval``, the same pass runs again every so often: servers that share a
+store (several nodes, one user) list each other's paused sessions without a restart.
 
 Nothing here writes to the store. A store that cannot be read is logged and changes nothing.
 """
@@ -55,10 +60,11 @@ def session_from_manifest(manifest) -> Session:
 class Recovery:
     """One pass over the store: bring back lost sessions, flag those whose checkpoints went."""
 
-    def __init__(self, lc):
-        self.lc = lc
+    def __init__(self, lc, again: bool = False):
+        self.lc, self.again = lc, again  # again: a rescan, logged only when it changed something
         self.brought_back = 0
         self.not_ours = 0
+        self.newer = 0
 
     async def run(self) -> None:
         lc = self.lc
@@ -73,15 +79,18 @@ class Recovery:
                     await self._bring_back(sid)
             for s in list(lc.table):
                 if s.state == "paused" and s.id not in lc.ops:
-                    await self._gone(s)
+                    await self._check_paused(s)
         except StoreError as e:
-            lc.log.warning("jupyter_gpu_pause: could not read the store at start: %s", e)
+            lc.log.warning("jupyter_gpu_pause: could not read the store: %s", e)
+            return
+        if self.again and not (self.brought_back or self.newer):
             return
         lc.log.info(
             "jupyter_gpu_pause: store read: %d session(s) brought back from it, %d of other "
-            "servers left alone",
+            "servers left alone, %d paused with a newer checkpoint (written by another server)",
             self.brought_back,
             self.not_ours,
+            self.newer,
         )
 
     async def _bring_back(self, sid: str) -> None:
@@ -107,9 +116,30 @@ class Recovery:
             )
             return
 
+    async def _check_paused(self, s: Session) -> None:
+        ids = await self.lc.checkpoints.ids(s.id)
+        if s.state != "paused" or s.id in self.lc.ops:
+            return  # a resume began while the store was listed
+        if not ids:
+            await self._gone(s)
+        elif s.checkpoint and ids[0] != s.checkpoint.get("id"):
+            await self._newer(s, ids[0])
+
+    async def _newer(self, s: Session, cid: str) -> None:
+        """A newer checkpoint than the records know: another server resumed and paused it."""
+        lc = self.lc
+        try:
+            manifest = await lc.checkpoints.verify(s.id, cid)
+        except (IntegrityError, StoreError):
+            return  # a resume falls back past it and says why
+        if s.state != "paused" or s.id in lc.ops:
+            return
+        s.checkpoint = checkpoint_brief(manifest)
+        s.message = f"Paused, checkpoint {manifest.id} (written by another server)"
+        self.newer += 1
+        await lc.table.persist(s)
+
     async def _gone(self, s: Session) -> None:
-        if await self.lc.checkpoints.ids(s.id) or s.state != "paused":
-            return  # (a resume may have begun while the store was listed)
         cid = (s.checkpoint or {}).get("id")
         s.state, s.checkpoint = "failed", None  # nothing to offer a Resume for
         s.error = {

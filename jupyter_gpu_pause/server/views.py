@@ -39,12 +39,16 @@ def session_json(
     busy: bool | None = None,
     notice: str | None = None,
     gpu_session: bool = False,
+    elsewhere: str | None = None,
 ) -> dict:
     """``busy``: a person's cell runs (from the monitor); None falls back to Jupyter's view.
 
     ``notice``: a problem that affects this session now (a missing signing key), said in its
-    message in place of the stored one.
+    message in place of the stored one. ``elsewhere``: the server that runs this session now
+    (resumed there from the shared store), when it is not running here.
     """
+    if elsewhere and not notice:
+        notice = f"Running on {elsewhere}: resumed there. Open it there, or pause it there first"
     last = s.last_activity or (
         _as_utc(getattr(kernel, "last_activity", None)) if kernel is not None else None
     )
@@ -75,6 +79,7 @@ def session_json(
         "waiting": s.waiting if s.state == "waiting" else None,
         "device": s.device,
         "gpu_session": gpu_session,
+        "running_elsewhere": elsewhere,
         "error": s.error,
         "message": notice or _message(s, state, idle),
         "restore": s.restore,

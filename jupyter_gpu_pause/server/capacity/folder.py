@@ -32,6 +32,10 @@ MIGRATIONS = [
                           reserved INTEGER NOT NULL, since REAL NOT NULL,
                           PRIMARY KEY (server_id, session_id));
     """,
+    """
+    CREATE TABLE claims (session_id TEXT PRIMARY KEY, server_id TEXT NOT NULL,
+                         since REAL NOT NULL);
+    """,
 ]
 
 

@@ -53,6 +53,10 @@ MIGRATIONS = [
                                    reserved INTEGER NOT NULL, since DOUBLE PRECISION NOT NULL,
                                    PRIMARY KEY (server_id, session_id))
     """,
+    f"""
+    CREATE TABLE {SCHEMA}.claims (session_id TEXT PRIMARY KEY, server_id TEXT NOT NULL,
+                                  since DOUBLE PRECISION NOT NULL)
+    """,
 ]
 
 

@@ -10,7 +10,10 @@ Either way two servers never grant the same capacity. The tables:
 
 - ``servers``: each running server and the end of its lease, renewed while it lives;
 - ``entries``: resumes waiting, in line order (``rank``);
-- ``holders``: GPU sessions running (granted resumes and kernels started by hand).
+- ``holders``: GPU sessions running (granted resumes and kernels started by hand);
+- ``claims``: which server runs each live session. Servers that share a store see each other's
+  paused sessions; a resume first claims its session, so one session never runs on two servers
+  at once (two simultaneous resumes on two nodes: one kernel).
 
 A server that dies (SIGKILL, a lost node) stops renewing; once its lease ends, any server's next
 transaction deletes its entries and holders, so nobody waits behind a dead process for longer
@@ -136,7 +139,7 @@ class CapacityQueue(LoggingConfigurable):
 
     def _expire(self, db) -> None:
         self._q(db, "DELETE FROM servers WHERE lease_until < ?", (self.now,))
-        for table in ("entries", "holders"):
+        for table in ("entries", "holders", "claims"):
             self._q(db, f"DELETE FROM {table} WHERE server_id NOT IN (SELECT id FROM servers)")
 
     def _holders(self, db) -> list[Holder]:
@@ -217,7 +220,53 @@ class CapacityQueue(LoggingConfigurable):
             (self.server_id, session_id),
         )
 
-    def _set_holders(self, db, holders: list[Holder]) -> None:
+    def _claim(self, db, session_id: str) -> str | None:
+        """Claim ``session_id`` for this server; the label of the server that runs it if
+        another live one does (then nothing changes)."""
+        self._renew(db)
+        self._expire(db)
+        row = self._q(
+            db,
+            "SELECT c.server_id, s.label FROM claims c LEFT JOIN servers s ON s.id = c.server_id "
+            "WHERE c.session_id = ?",
+            (session_id,),
+        ).fetchone()
+        if row is not None and row[0] != self.server_id:
+            return row[1] or row[0]
+        self._insert_claim(db, session_id)
+        return None
+
+    def _insert_claim(self, db, session_id: str) -> None:
+        self._q(
+            db,
+            "INSERT INTO claims (session_id, server_id, since) VALUES (?, ?, ?) "
+            "ON CONFLICT (session_id) DO NOTHING",
+            (session_id, self.server_id, self.now),
+        )
+
+    def _set_claims(self, db, live: set[str]) -> dict[str, str]:
+        """Keep this server's claims to ``live``; {session id: label} of the others'."""
+        mine = self._q(
+            db, "SELECT session_id FROM claims WHERE server_id = ?", (self.server_id,)
+        ).fetchall()
+        for (sid,) in mine:
+            if sid not in live:
+                self._q(
+                    db,
+                    "DELETE FROM claims WHERE server_id = ? AND session_id = ?",
+                    (self.server_id, sid),
+                )
+        for sid in live - {sid for (sid,) in mine}:  # claimed again after a lapsed lease
+            self._insert_claim(db, sid)
+        others = self._q(
+            db,
+            "SELECT c.session_id, COALESCE(s.label, c.server_id) FROM claims c "
+            "LEFT JOIN servers s ON s.id = c.server_id WHERE c.server_id <> ?",
+            (self.server_id,),
+        ).fetchall()
+        return dict(others)
+
+    def _set_holders(self, db, holders: list[Holder], live: set[str] | None = None) -> dict:
         self._renew(db)
         keep = {h.session_id for h in holders}
         mine = self._q(
@@ -232,6 +281,7 @@ class CapacityQueue(LoggingConfigurable):
                 )
         for h in holders:
             self._upsert_holder(db, h.session_id, h.bytes, h.devices, h.reserved)
+        return {} if live is None else self._set_claims(db, live)
 
     def _snapshot(self, db) -> dict:
         self._expire(db)
@@ -264,6 +314,7 @@ class CapacityQueue(LoggingConfigurable):
     def _close(self, db) -> None:
         self._q(db, "DELETE FROM entries WHERE server_id = ?", (self.server_id,))
         self._q(db, "DELETE FROM holders WHERE server_id = ?", (self.server_id,))
+        self._q(db, "DELETE FROM claims WHERE server_id = ?", (self.server_id,))
         self._q(db, "DELETE FROM servers WHERE id = ?", (self.server_id,))
 
     # -- the event loop's side -----------------------------------------------------------------
@@ -300,8 +351,13 @@ class CapacityQueue(LoggingConfigurable):
     async def leave(self, entry: int | None, session_id: str) -> None:
         await self._in_tx(self._leave, entry, session_id)
 
-    async def set_holders(self, holders: list[Holder]) -> None:
-        await self._in_tx(self._set_holders, holders)
+    async def set_holders(self, holders: list[Holder], live: set[str] | None = None) -> dict:
+        """This server's GPU sessions and, when given, the sessions it runs (its claims);
+        returns the sessions other servers run, {session id: server label}."""
+        return await self._in_tx(self._set_holders, holders, live)
+
+    async def claim(self, session_id: str) -> str | None:
+        return await self._in_tx(self._claim, session_id)
 
     async def snapshot(self) -> dict:
         return await self._in_tx(self._snapshot)

@@ -6,9 +6,14 @@ queue); ``try_now`` is the "a GPU if one is free now" of ``device: "any"``; ``ch
 the queue, soon and coalesced, which GPU sessions this server holds (a pause, a kernel's end,
 a new GPU kernel), and wakes this server's own waiters at once.
 
+``claim`` makes sure a session runs on one server only, where servers share a store (and so
+see each other's paused sessions): a resume claims its session first, and ``elsewhere`` says
+which sessions other servers run now.
+
 A queue in PostgreSQL can be down. Then ``unavailable`` says why: a new resume is refused with
-503 ``capacity-unavailable`` (``check``), a waiting resume stays in line saying so and goes on
-when the database is back, and the heartbeat tells the queue this server's usage again.
+503 ``capacity-unavailable`` (its claim cannot be made), a waiting resume stays in line saying
+so and goes on when the database is back, and the heartbeat tells the queue this server's
+usage again.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
 
 from ...store.format import iso
-from ..errors import GpuPauseError, Unavailable
+from ..errors import GpuPauseError, Unavailable, WrongState
 from .base import CapacityProvider, Grant, Holder, Need, Verdict
 from .queue import CapacityQueue, QueueUnavailable, Turn
 
@@ -44,8 +49,12 @@ class Capacity:
         holders: Callable[[], list[Holder]],
         log,
         configured: str | None = None,
+        live: Callable[[], set[str]] = set,
     ):
         self.provider, self.queue, self._holders, self.log = provider, queue, holders, log
+        self._live = live  # the sessions this server runs (a kernel, or a resume under way)
+        self._claiming: set[str] = set()  # claimed, their state not yet saying so
+        self.elsewhere: dict[str, str] = {}  # session id → label of the server running it
         self.configured = configured or provider.name
         self._wake = asyncio.Event()
         self._sync_task: asyncio.Task | None = None
@@ -59,7 +68,8 @@ class Capacity:
 
     @property
     def queued(self) -> bool:
-        return self.queue is not None
+        """Whether GPU resumes wait in line (the provider decides with the queue's usage)."""
+        return self.queue is not None and self.provider.queued
 
     # -- running -------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -89,21 +99,6 @@ class Capacity:
             )
             self.changed()  # what changed meanwhile: tell it this server's GPU sessions
 
-    async def check(self) -> None:
-        """Raise CapacityUnavailable when the queue cannot be reached (tried now, if it
-        could not be the last time)."""
-        if self.queue is None or self.unavailable is None:
-            return
-        try:
-            await self.queue.renew()
-        except QueueUnavailable as e:
-            self._down(e)
-            raise CapacityUnavailable(
-                f"{e}: a GPU resume cannot wait in line now. Your checkpoint is safe; try "
-                "again when it is back, or resume on the CPU"
-            ) from None
-        self._up()
-
     async def stop(self) -> None:
         for task in (self._heartbeat, self._sync_task):
             if task is not None:
@@ -118,8 +113,8 @@ class Capacity:
             try:
                 if not await self.queue.renew():  # lapsed: others dropped our holdings
                     self.log.warning("jupyter_gpu_pause: the capacity queue lease had lapsed")
-                    self.changed()
                 self._up()
+                self.changed()  # and learn what other servers run now (``elsewhere``)
             except QueueUnavailable as e:
                 self._down(e)
             except Exception:
@@ -147,7 +142,7 @@ class Capacity:
 
         Cancelling leaves the line (and gives back a grant made at that very moment).
         """
-        if self.queue is None:
+        if not self.queued:
             verdict = self._decide(need, [])
             return verdict.grant or Grant(), None
         stamp = since.timestamp()
@@ -177,7 +172,7 @@ class Capacity:
 
     async def try_now(self, need: Need) -> Grant | None:
         """A grant if nobody is in line and it fits now, else None (never waits)."""
-        if self.queue is None:
+        if not self.queued:
             return self.provider.decide(need, []).grant
         try:
             return await self.queue.try_now(need, self.provider.decide)
@@ -199,6 +194,40 @@ class Capacity:
         if self.queue is not None:
             await self._leave(None, session_id)
 
+    # -- one server per session ---------------------------------------------------------------
+    async def claim(self, session_id: str) -> None:
+        """Claim a session about to be resumed here: WrongState ``resumed-elsewhere`` when
+        another server runs it, CapacityUnavailable when nobody can tell (the queue is down).
+        The caller calls ``claimed`` once the session's state says it is live."""
+        if self.queue is None:
+            return
+        self._claiming.add(session_id)
+        try:
+            other = await self.queue.claim(session_id)
+        except QueueUnavailable as e:
+            self._claiming.discard(session_id)
+            self._down(e)
+            raise CapacityUnavailable(
+                f"{e}: nothing can make sure this session is not being resumed on another "
+                "server at the same moment. Your checkpoint is safe; resume again once it is back"
+            ) from None
+        except BaseException:
+            self._claiming.discard(session_id)
+            raise
+        self._up()
+        if other is not None:
+            self._claiming.discard(session_id)
+            self.elsewhere[session_id] = other
+            raise WrongState(
+                f"this session runs on {other}: it was resumed there. Open it there, or pause "
+                "it there first",
+                "resumed-elsewhere",
+            )
+        self.elsewhere.pop(session_id, None)
+
+    def claimed(self, session_id: str) -> None:
+        self._claiming.discard(session_id)
+
     # -- this server's usage -------------------------------------------------------------------
     def changed(self) -> None:
         """The GPU sessions of this server may have changed: tell the queue, soon."""
@@ -213,7 +242,8 @@ class Capacity:
         while True:
             self._dirty = False
             try:
-                await self.queue.set_holders(self._holders())
+                live = self._live() | self._claiming
+                self.elsewhere = await self.queue.set_holders(self._holders(), live)
                 self._up()
             except QueueUnavailable as e:  # told again by the heartbeat once it is back
                 self._down(e)
