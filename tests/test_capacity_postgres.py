@@ -9,16 +9,27 @@ database's password never shows, and everything goes on by itself once PostgreSQ
 
 from __future__ import annotations
 
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from tests.postgres import Postgres, _free_port
-from tests.servers import STATE, Server
+from tests.scrape import Scrape
+from tests.servers import STATE, TOKEN, Server
 from tests.test_capacity_node import ask_resume, config, paused_notebook, running, until
 from tests.test_cli import cli_env, run_cli
 
 PASSWORD = "Sup3r-secret-pw"
+
+
+def queue_up(server: Server) -> float:
+    """``jupyter_gpu_pause_capacity_queue_up`` on the server's ``/metrics``."""
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{server.port}/metrics", headers={"Authorization": f"token {TOKEN}"}
+    )
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return Scrape(r.read().decode()).value("capacity_queue_up")
 
 
 @pytest.fixture
@@ -58,6 +69,7 @@ def test_postgres_down_while_a_resume_waits_loses_nothing_and_it_goes_on_after(c
     code, cap = s0.api("GET", "gpu-pause/api/capacity")
     assert code == 200 and cap["queue_available"] is False, cap
     assert "cannot be reached" in cap["queue_error"]
+    assert queue_up(s1) == 0  # what an alert on Prometheus sees
     # and a pause still works: the checkpoint is written and the kernel goes
     paused = s0.pause(a["id"])
     assert paused["state"] == "paused" and s0.kernel_pids() == []
@@ -73,6 +85,7 @@ def test_postgres_down_while_a_resume_waits_loses_nothing_and_it_goes_on_after(c
     assert back["device"] == "gpu"
     code, cap = s0.api("GET", "gpu-pause/api/capacity")
     assert cap["queue_available"] is True and cap["queue_error"] is None, cap
+    assert queue_up(s1) == 1
     assert [h["session_id"] for h in cap["holders"]] == [b["id"]]
 
 

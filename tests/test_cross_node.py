@@ -87,8 +87,10 @@ def test_paused_on_node_1_resumes_on_node_2_and_never_on_both(two_nodes):
     again = n2.pause(s["id"])
     assert again["checkpoint"]["id"] != paused["checkpoint"]["id"]
     n1.wait_until(
-        lambda: (x := n1.sessions()[s["id"]])["checkpoint"]["id"] == again["checkpoint"]["id"]
-        and x["running_elsewhere"] is None,
+        lambda: (
+            (x := n1.sessions()[s["id"]])["checkpoint"]["id"] == again["checkpoint"]["id"]
+            and x["running_elsewhere"] is None
+        ),
         "node 1 showing node 2's checkpoint",
     )
 

@@ -21,7 +21,7 @@ import time
 import weakref
 from collections.abc import Callable
 
-from prometheus_client import REGISTRY, Counter, Histogram
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 
 from ..store import GcBusy, StoreError
@@ -50,6 +50,14 @@ def _once(cls, name: str, doc: str, labels: tuple[str, ...] = (), **kwargs):
             raise
         return existing
 
+
+CAPACITY_QUEUE_UP = _once(
+    Gauge,
+    "capacity_queue_up",
+    "1 while the capacity queue (capacity_queue_url) can be used, 0 while it cannot (its "
+    "PostgreSQL down or unreachable: resumes answer 503, waiting ones keep their place).",
+)
+CAPACITY_QUEUE_UP.set(1)
 
 PAUSES = _once(
     Counter,

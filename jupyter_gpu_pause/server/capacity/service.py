@@ -24,6 +24,7 @@ from datetime import datetime, timezone
 
 from ...store.format import iso
 from ..errors import GpuPauseError, Unavailable, WrongState
+from ..metrics import CAPACITY_QUEUE_UP
 from .base import CapacityProvider, Grant, Holder, Need, Verdict
 from .queue import CapacityQueue, QueueUnavailable, Turn
 
@@ -82,6 +83,7 @@ class Capacity:
             self.changed()
 
     def _down(self, e: QueueUnavailable) -> None:
+        CAPACITY_QUEUE_UP.set(0)
         if self.unavailable is None:
             self.log.error(
                 "jupyter_gpu_pause: %s. Pauses go on; resumes of GPU sessions answer 503 "
@@ -92,6 +94,7 @@ class Capacity:
         self.unavailable = str(e)
 
     def _up(self) -> None:
+        CAPACITY_QUEUE_UP.set(1)
         if self.unavailable is not None:
             self.unavailable = None
             self.log.warning(
