@@ -81,6 +81,9 @@ def test_paused_on_node_1_resumes_on_node_2_and_never_on_both(two_nodes):
     code, body = n1.api("POST", resume_path(s["id"]))
     assert code == 409 and body["reason"] == "resumed-elsewhere", body
     assert n1.kernel_pids() == []
+    # nor deletes the checkpoints node 2 runs from
+    code, body = n1.api("DELETE", f"gpu-pause/api/sessions/{s['id']}?delete_checkpoints=true")
+    assert code == 409 and body["reason"] == "resumed-elsewhere", body
 
     # Paused again on node 2 after a change: node 1 shows that newer checkpoint
     n2.run(back["kernel_id"], "msg = 'from node 2'")

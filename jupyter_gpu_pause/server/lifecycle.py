@@ -310,6 +310,13 @@ class Lifecycle:
             raise WrongState(
                 f"cannot delete a session that is {s.state}; pause it or shut its kernel down first"
             )
+        elsewhere = self.capacity.elsewhere.get(s.id)
+        if delete_checkpoints and elsewhere:
+            raise WrongState(
+                f"this session runs on {elsewhere}: its checkpoints are the state it pauses and "
+                "resumes from there. Pause it there first",
+                "resumed-elsewhere",
+            )
         if delete_checkpoints:
             for cid in await self.checkpoints.ids(s.id):
                 await self.checkpoints.delete(s.id, cid)
