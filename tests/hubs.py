@@ -17,6 +17,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import psutil
 import pytest
 from jupyter_client import BlockingKernelClient
 
@@ -172,6 +173,15 @@ class Hub:
         code, body = self.api("DELETE", f"hub/api/users/{self.user}/server")
         assert code in (202, 204, 400), body  # 400: not running
         self.wait_until(lambda: self.servers() == {}, "the user's server stopped")
+
+    def server_process(self) -> psutil.Process:
+        """The user's single-user server process (a child of the Hub: a local spawner)."""
+        (proc,) = [
+            p
+            for p in psutil.Process(self.proc.pid).children(recursive=True)
+            if any("jupyterhub-singleuser" in part for part in p.cmdline())
+        ]
+        return proc
 
     def start_server(self) -> None:
         """Start the user's server through the Hub and wait until the Hub says it is ready."""

@@ -7,8 +7,10 @@ One Hub for the module: starting JupyterHub, its proxy and a single-user server 
 from __future__ import annotations
 
 import json
+import signal
 import sys
 
+import psutil
 import pytest
 
 from jupyter_gpu_pause.server.hub import HubServer
@@ -91,6 +93,15 @@ def _kernel_busy(hub: Hub, kernel_id: str) -> bool:
     code, model = hub.user_api("GET", f"api/kernels/{kernel_id}")
     assert code == 200, model
     return model["execution_state"] == "busy"
+
+
+def _exited(proc: psutil.Process) -> bool:
+    """Whether a process has ended; a child of the Hub stays a zombie until the Hub's next
+    poll reaps it (up to Spawner.poll_interval, 30 s), which is not the server's doing."""
+    try:
+        return proc.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
 
 
 def _fresh_server(hub: Hub, scopes: list[str]) -> None:
@@ -205,6 +216,27 @@ def test_a_hub_that_refuses_the_stop_leaves_the_server_serving(hub):
         assert _session(hub, s["id"])["state"] == "paused"
     finally:
         hub.set_token_scopes(STOP_SCOPES)
+
+
+def test_the_shutdown_checkpoint_of_a_stopping_server_does_not_ask_for_a_stop(hub):
+    # Given a server with a running GPU notebook
+    _fresh_server(hub, STOP_SCOPES)
+    s = _open_notebook(hub, "shutdown.ipynb")
+    hub.run(s["kernel_id"], "kept = 'by the shutdown checkpoint'")
+
+    # When the server gets SIGTERM (a pod deleted by Kubernetes, an eviction)
+    mark = hub.log_mark()
+    server = hub.server_process()
+    server.send_signal(signal.SIGTERM)
+    hub.wait_until(lambda: _exited(server), "the server's exit")
+
+    # Then its shutdown checkpoint pauses the notebook, and no stop of its own follows it
+    hub.stop_server()  # the Hub learns the server is gone
+    hub.start_server()
+    events = _events(hub, s["id"])
+    assert [(e["type"], e["reason"]) for e in events][-1] == ("paused", "shutdown"), events
+    log = hub.log_since(mark)
+    assert "asking JupyterHub to stop" not in log, log
 
 
 def test_true_outside_jupyterhub_stops_the_server_at_start_naming_the_setting(

@@ -617,6 +617,8 @@ class GpuPauseApp(ExtensionApp):
         # (shutdown checkpoint: runs here, first, before anything below stops)
         # jupyter_server shuts the kernels down only after this returns (ServerApp._cleanup:
         # cleanup_extensions, then cleanup_kernels): every kernel still holds its state here.
+        if self.hub_stop is not None:  # first: the shutdown's own pauses must not stop it
+            await self.hub_stop.stop()
         if self.preemption is not None:
             await self.preemption.stop()
         if self.emergency is not None:
@@ -626,7 +628,6 @@ class GpuPauseApp(ExtensionApp):
                 self.log.exception("jupyter_gpu_pause: the shutdown checkpoint failed")
         warm = self.lifecycle.warm if self.lifecycle else None
         for step, what in (
-            (self.hub_stop and self.hub_stop.stop, "the JupyterHub stop"),
             (warm and warm.stop, "warm kernels"),
             (self.maintenance and self.maintenance.stop, "store maintenance"),
             (self.monitor and self.monitor.stop, "the idle monitor"),

@@ -163,7 +163,8 @@ class StopWhenPaused:
         self._task: asyncio.Task | None = None
         self._again: str | None = None  # a pause completed while a check was running
         self._checking_scopes: asyncio.Task | None = None
-        self.stopping = False  # the Hub accepted the stop
+        self.stopping = False  # asking the Hub, or the Hub accepted the stop
+        self.closed = False  # the server is stopping anyway: its shutdown pauses stop nothing
 
     def start(self) -> None:
         """Check, in the background, that the token may stop this server, so that an admin
@@ -195,7 +196,7 @@ class StopWhenPaused:
 
     # -- the listener ---------------------------------------------------------------------------
     def __call__(self, event: dict, s: Session) -> None:
-        if event["type"] != "paused" or self.stopping:
+        if event["type"] != "paused" or self.stopping or self.closed:
             return
         if self._task is not None and not self._task.done():
             self._again = s.id  # checked again once the running check ends
@@ -300,7 +301,10 @@ class StopWhenPaused:
                 )
 
     async def stop(self) -> None:
-        """Server stop: end the background work (the Hub's own stop lands here too)."""
+        """Server stop, before its shutdown checkpoint: from here on no pause leads to a
+        stop of ours, and a check or a Hub call still running is cancelled (when the Hub is
+        stopping this server at our request, the request has done its work)."""
+        self.closed = True
         for task in (self._checking_scopes, self._task):
             if task is not None and not task.done() and task is not asyncio.current_task():
                 task.cancel()
