@@ -266,10 +266,12 @@ def test_a_named_server_stops_its_own_named_server(name, url):
     env = {
         "JUPYTERHUB_API_URL": "http://hub:8081/hub/api/",
         "JUPYTERHUB_USER": "al@ice",
-        "JUPYTERHUB_API_TOKEN": "t",
+        "JUPYTERHUB_API_TOKEN": "secret-token",
         "JUPYTERHUB_SERVER_NAME": name,
     }
-    assert HubServer.from_env(env).server_url == url
+    hub = HubServer.from_env(env)
+    assert hub.server_url == url
+    assert "secret-token" not in repr(hub)  # never in a log line or a traceback
 
 
 @pytest.mark.parametrize(

@@ -21,7 +21,8 @@ The rule, checked each time a pause completes (a user's, a policy's, the kernel 
    failure is logged and recorded (``server_stop_failed``) and the server keeps serving.
 
 A server start by itself never triggers a stop: its sessions may be paused since its last run,
-and the user came back to resume them.
+and the user came back to resume them. Nor do the pauses of a stopping server's shutdown
+checkpoint: ``stop_extension`` closes the listener before that checkpoint runs.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import quote
 
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest
@@ -52,7 +53,7 @@ class HubServer:
     api_url: str  # JUPYTERHUB_API_URL, e.g. http://hub:8081/hub/api
     user: str
     server_name: str  # "" for the user's default server
-    token: str
+    token: str = field(repr=False)  # a credential: never in a log line or a traceback
 
     @classmethod
     def from_env(cls, env=os.environ) -> HubServer:
