@@ -10,6 +10,7 @@ UI_TESTS := labextension/ui-tests
 PY_SOURCES := jupyter_gpu_pause tests benchmarks $(UI_TESTS)/jupyter_server_test_config.py
 # The prebuilt labextension and what it is built from (unit tests excluded).
 LABEXT_BUILT := jupyter_gpu_pause/labextension/package.json
+HUB_PROXY := tests/hub_proxy/node_modules/.bin/configurable-http-proxy
 LABEXT_SOURCES := $(shell find labextension/src labextension/style labextension/schema \
 	-type f -not -path '*/__tests__/*' 2>/dev/null)
 
@@ -34,8 +35,13 @@ lint: install
 	$(VENV)/bin/ruff format --check $(PY_SOURCES)
 	cd labextension && $(JLPM) lint:check
 
-pytest: install
+pytest: install $(HUB_PROXY)
 	$(PY) -m pytest -ra
+
+# configurable-http-proxy from npm, for tests/test_hub.py's real JupyterHub
+$(HUB_PROXY): tests/hub_proxy/package.json tests/hub_proxy/package-lock.json
+	cd tests/hub_proxy && npm ci --no-audit --no-fund
+	touch $@
 
 jest: install
 	cd labextension && $(JLPM) test
@@ -67,4 +73,4 @@ bench: install
 clean:
 	rm -rf $(VENV) labextension/node_modules labextension/lib jupyter_gpu_pause/labextension \
 		$(UI_TESTS)/node_modules $(UI_TESTS)/test-results $(UI_TESTS)/playwright-report \
-		$(UI_TESTS)/artifacts $(UI_TESTS)/.state
+		$(UI_TESTS)/artifacts $(UI_TESTS)/.state tests/hub_proxy/node_modules

@@ -113,9 +113,9 @@ BAD_CONFIGS = [
         ["GpuPauseApp.store_options", "'endpoint'", "did you mean 'endpoint_url'"],
     ),
     (
-        "unbuilt-setting",
-        "c.GpuPauseApp.stop_server_when_paused = True",
-        ["GpuPauseApp.stop_server_when_paused is not a setting"],
+        "unbuilt-setting",  # docs/deploy/enterprise-gateway-kueue.md: a design, not built
+        "c.GpuPauseApp.kueue_visibility_url = 'https://kubernetes.default.svc'",
+        ["GpuPauseApp.kueue_visibility_url is not a setting"],
     ),
     (
         "unknown-shutdown-checkpoint",

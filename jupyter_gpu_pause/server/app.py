@@ -55,6 +55,7 @@ from .config import (
     check_store,
 )
 from .handlers import handlers
+from .hub import StopWhenPaused, hub_server
 from .kernels import KernelBridge
 from .lifecycle import Lifecycle
 from .maintenance import StoreMaintenance
@@ -321,6 +322,17 @@ class GpuPauseApp(ExtensionApp):
         help="Seconds between two reads of preemption_notice_url. Default: 5. Must be > 0.",
     ).tag(config=True)
 
+    stop_server_when_paused = Bool(
+        False,
+        help="Under JupyterHub: once a pause leaves every GPU session of this server paused "
+        "(none running, no pause or resume in flight), pause the other idle notebooks too and "
+        "ask the Hub to stop this server, so that its pod and GPU go back to the cluster "
+        "(KubeSpawner); the next start lists the paused sessions. A cell running, or a kernel "
+        "that cannot be paused, keeps the server up. Needs the 'delete:servers!server' scope "
+        "in c.Spawner.server_token_scopes; outside JupyterHub, True stops the server at "
+        "start. See docs/deploy/jupyterhub-kubespawner.md. Default: False.",
+    ).tag(config=True)
+
     @validate(
         "poll_interval",
         "kernel_answer_timeout",
@@ -390,6 +402,8 @@ class GpuPauseApp(ExtensionApp):
     _policies = None
     _retention = None
     webhooks = None  # WebhookSender, when webhook_urls is set
+    _hub = None  # hub.HubServer, when stop_server_when_paused is set
+    hub_stop = None  # hub.StopWhenPaused, its listener
 
     # -- configuration, checked before Jupyter serves anything ------------------------------
     def _link_jupyter_server_extension(self, serverapp):
@@ -452,6 +466,7 @@ class GpuPauseApp(ExtensionApp):
         check_secret_file(self.secret_file)
         check_db_path(self.db_path)
         self._queue_where = check_queue_url(self.capacity_queue_url)
+        self._hub = hub_server(self.stop_server_when_paused)
         # The provider's and the queue's own settings (c.QuotaCapacity.max_sessions…): checked
         # here, by building them once, so a bad value stops the server before it serves.
         classes = {self.capacity_provider_class, QuotaCapacity, NvmlCapacity}
@@ -558,6 +573,9 @@ class GpuPauseApp(ExtensionApp):
                 parent=self,
             )
             self.lifecycle.table.listeners.append(self.webhooks)
+        if self._hub is not None:  # under JupyterHub: stop this server once all is paused
+            self.hub_stop = StopWhenPaused(self.lifecycle, self._hub, self.log)
+            self.lifecycle.table.listeners.append(self.hub_stop)
         self.settings.update(
             {
                 "gpu_pause": self.lifecycle,
@@ -590,6 +608,8 @@ class GpuPauseApp(ExtensionApp):
             return
         self.monitor.start()
         self.maintenance.start()
+        if self.hub_stop is not None:
+            self.hub_stop.start()
         if self.warm_kernels:
             table = self.lifecycle.table
             self.lifecycle.warm = WarmKernels(
@@ -614,6 +634,8 @@ class GpuPauseApp(ExtensionApp):
         # (shutdown checkpoint: runs here, first, before anything below stops)
         # jupyter_server shuts the kernels down only after this returns (ServerApp._cleanup:
         # cleanup_extensions, then cleanup_kernels): every kernel still holds its state here.
+        if self.hub_stop is not None:  # first: the shutdown's own pauses must not stop it
+            await self.hub_stop.stop()
         if self.preemption is not None:
             await self.preemption.stop()
         if self.emergency is not None:
