@@ -51,8 +51,8 @@ from .config import (
     check_secret_file,
     check_store,
 )
+from .gateway import GatewayKernels, build_bridge
 from .handlers import handlers
-from .kernels import KernelBridge
 from .lifecycle import Lifecycle
 from .maintenance import StoreMaintenance
 from .metrics import attach as attach_metrics
@@ -439,7 +439,7 @@ class GpuPauseApp(ExtensionApp):
         # The provider's and the queue's own settings (c.QuotaCapacity.max_sessions…): checked
         # here, by building them once, so a bad value stops the server before it serves.
         classes = {self.capacity_provider_class, QuotaCapacity, NvmlCapacity, FolderQueue}
-        for cls in classes | {StoreMaintenance, WebhookSender}:
+        for cls in classes | {StoreMaintenance, WebhookSender, GatewayKernels}:
             check_known_keys(
                 self.config.get(cls.__name__, {}),
                 set(cls.class_trait_names(config=True)),
@@ -447,6 +447,7 @@ class GpuPauseApp(ExtensionApp):
             )
         self.capacity_provider_class(parent=self)
         StoreMaintenance(parent=self)
+        GatewayKernels(parent=self)  # c.GatewayKernels.server_url
         WebhookSender([], None, "", "", parent=self)  # its c.WebhookSender.* values
         FolderQueue(self._queue_folder, "", "", "", parent=self).close_now()
         if os.environ.get("JUPYTER_TOKEN"):
@@ -485,13 +486,7 @@ class GpuPauseApp(ExtensionApp):
             parent=self,
         )
         self.lifecycle = Lifecycle(
-            bridge=KernelBridge(
-                server.kernel_manager,
-                server.session_manager,
-                server.kernel_spec_manager,
-                self.log,
-                answer_timeout=self.kernel_answer_timeout,
-            ),
+            bridge=build_bridge(self, self.kernel_answer_timeout),  # local or a gateway's
             records=self.records,
             checkpoints=Checkpoints(self._store, self.secret_file),
             provider=provider,
@@ -573,7 +568,7 @@ class GpuPauseApp(ExtensionApp):
             return
         self.monitor.start()
         self.maintenance.start()
-        if self.warm_kernels:
+        if self.warm_kernels and self.lifecycle.bridge.supports_warm_kernels:
             table = self.lifecycle.table
             self.lifecycle.warm = WarmKernels(
                 self.lifecycle.bridge, self.log, lambda: list(table.sessions.values())
