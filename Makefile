@@ -13,7 +13,10 @@ LABEXT_BUILT := jupyter_gpu_pause/labextension/package.json
 LABEXT_SOURCES := $(shell find labextension/src labextension/style labextension/schema \
 	-type f -not -path '*/__tests__/*' 2>/dev/null)
 
-.PHONY: install lab test lint pytest jest ui-test chromium bench clean
+GATEWAY_VENV := .venv-gateway
+GATEWAY_VERSION := 3.3.0
+
+.PHONY: install lab test lint pytest jest ui-test chromium bench clean gateway-venv
 
 install: $(VENV)/.installed
 
@@ -34,8 +37,17 @@ lint: install
 	$(VENV)/bin/ruff format --check $(PY_SOURCES)
 	cd labextension && $(JLPM) lint:check
 
-pytest: install
+pytest: install gateway-venv
 	$(PY) -m pytest -ra
+
+# Jupyter Enterprise Gateway for tests/test_gateway.py, in its own venv (it pins older jupyter
+# packages than ours); ~30 s. The tests make it the same way when it is missing.
+gateway-venv: $(GATEWAY_VENV)/.installed
+
+$(GATEWAY_VENV)/.installed:
+	python3 -m venv $(GATEWAY_VENV)
+	$(GATEWAY_VENV)/bin/pip install -q jupyter_enterprise_gateway==$(GATEWAY_VERSION)
+	touch $@
 
 jest: install
 	cd labextension && $(JLPM) test
@@ -65,6 +77,6 @@ bench: install
 	$(PY) benchmarks/bench_pause_resume.py
 
 clean:
-	rm -rf $(VENV) labextension/node_modules labextension/lib jupyter_gpu_pause/labextension \
-		$(UI_TESTS)/node_modules $(UI_TESTS)/test-results $(UI_TESTS)/playwright-report \
+	rm -rf $(VENV) $(GATEWAY_VENV) labextension/node_modules labextension/lib \
+		jupyter_gpu_pause/labextension $(UI_TESTS)/node_modules $(UI_TESTS)/test-results $(UI_TESTS)/playwright-report \
 		$(UI_TESTS)/artifacts $(UI_TESTS)/.state
