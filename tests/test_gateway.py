@@ -5,6 +5,8 @@ process (its own venv, local process proxy, an auth token), our server with
 
 from __future__ import annotations
 
+import os
+import signal
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -193,3 +195,41 @@ def test_bad_server_url_stops_the_server(tmp_path, value):
     assert server.exit_status() != 0
     log = server.log.read_text()
     assert f"GatewayKernels.server_url = {value!r}: is not an http:// or https:// URL" in log
+
+
+def test_remote_kernel_killed_during_pause(tmp_path, gateway, s3):
+    # Given a remote kernel whose pause is under way: an on_pause hook says so in a file and
+    # keeps the capture running
+    server = _server(tmp_path, gateway, s3)
+    marker = tmp_path / "capturing"
+    try:
+        s = _open_notebook(server, "doomed.ipynb")
+        run_cell(
+            server,
+            s["kernel_id"],
+            "import os, pathlib, time, jupyter_gpu_pause as gp\n"
+            "x = 42\n"
+            "@gp.on_pause\n"
+            "def long_capture():\n"
+            f"    pathlib.Path({str(marker)!r}).write_text(str(os.getpid()))\n"
+            "    while True:\n"
+            "        time.sleep(0.1)\n",
+        )
+        code, body = server.api("POST", f"gpu-pause/api/sessions/{s['id']}/pause")
+        assert code == 202, body
+        pid = int(server.wait_until(lambda: marker.exists() and marker.read_text(), "capture"))
+
+        # When the kernel's process is killed (the gateway is not asked)
+        os.kill(pid, signal.SIGKILL)
+
+        # Then the pause ends as failed, saying the kernel's memory is lost, instead of hanging
+        failed = server.wait_state(s["id"], ("failed", "paused", "active"))
+        assert failed["state"] == "failed", failed
+        assert failed["error"]["reason"] == "kernel-died"
+        assert failed["error"]["state_intact"] is False
+        assert "memory is lost" in failed["error"]["message"]
+        # and the gateway's restart of it, under the same id, is empty
+        assert failed["kernel_id"] == s["kernel_id"]
+        assert run_cell(server, s["kernel_id"], "print('x' in globals())").strip() == "False"
+    finally:
+        server.stop()
