@@ -42,7 +42,7 @@ def gateway(tmp_path, s3):
     gw.stop()
 
 
-def _server(tmp_path, gateway, s3, **gp) -> Server:
+def _server(tmp_path, gateway, s3, flag="--GatewayClient.url", **gp) -> Server:
     config = {
         "store_url": f"s3://{BUCKET}/{PREFIX}",
         "store_options": {"endpoint_url": s3.endpoint, "skip_instance_cache": True},
@@ -56,7 +56,7 @@ def _server(tmp_path, gateway, s3, **gp) -> Server:
     server = Server(
         tmp_path / "server",
         config=text,
-        args=(f"--GatewayClient.url={gateway.url}",),
+        args=(f"{flag}={gateway.url}",),
         own_paths=False,
     )
     # As an operator would: the gateway's token in the environment (jupyter_server reads it
@@ -150,7 +150,10 @@ def test_idle_policy_pauses_remote_kernel(tmp_path, gateway, s3):
     # Given a policy that pauses remote kernels idle for 4 s
     policy = {"name": "remote", "match": {"kernel_name": KERNELSPEC}, "idle_timeout": 4,
               "warn_before": 1, "action": "pause"}  # fmt: skip
-    server = _server(tmp_path, gateway, s3, policies=[policy], poll_interval=0.5)
+    # (started with the short form of --GatewayClient.url)
+    server = _server(
+        tmp_path, gateway, s3, flag="--gateway-url", policies=[policy], poll_interval=0.5
+    )
     try:
         s = _open_notebook(server, "idle.ipynb")
         run_cell(server, s["kernel_id"], "x = 41 + 1")

@@ -29,10 +29,11 @@ from jupyter_server.gateway.managers import GatewayMappingKernelManager
 from traitlets import TraitError, Unicode, validate
 from traitlets.config import LoggingConfigurable
 
+from ..kernel import capability
 from ..kernel.api import GATEWAY_KEY_VARIABLE, GATEWAY_URL_VARIABLE
 from .errors import AgentFailed, KernelDied, WrongState
 from .gateway_channels import GatewayChannels, IopubWatch
-from .kernels import WATCH_INTERVAL, KernelBridge
+from .kernels import WATCH_INTERVAL, KernelBridge, _parent
 from .probes import GpuUsage
 
 SETTLE_POLL = 0.5
@@ -75,7 +76,6 @@ class GatewayBridge(KernelBridge):
         super().__init__(*args, **kwargs)
         self._kernel_key = kernel_key
         self._languages: dict[str, str] = {}  # kernelspec name -> language, from the gateway
-
         self._states: dict[str, str] = {}  # kernel id -> last status seen on IOPub
         self._watches: dict[str, IopubWatch] = {}
         self._listed = 0.0  # loop time of the last refresh of the gateway's kernel models
@@ -148,8 +148,7 @@ class GatewayBridge(KernelBridge):
         return watch
 
     def holds_capability(self, kernel_id: str, presented: str) -> bool:
-        from ..kernel import capability
-
+        """The caller proved it is this remote kernel, with the key the server sent it."""
         return self.is_running(kernel_id) and capability.matches(
             self._kernel_key, kernel_id, presented
         )
@@ -209,7 +208,8 @@ class GatewayBridge(KernelBridge):
                 )
 
     async def settle(self, kernel_id: str, dead_pid: int | None, timeout: float = 20.0) -> bool:
-        """After a kernel died: True once the gateway runs a fresh process under its id."""
+        """After a kernel died: True once a fresh process answers under its id on the gateway
+        (its model's state may say ``restarting`` or ``starting`` until someone asks)."""
         loop = asyncio.get_running_loop()
         end = loop.time() + timeout
         while loop.time() < end:
@@ -220,11 +220,25 @@ class GatewayBridge(KernelBridge):
             except Exception:
                 model = None
             if model is None:
-                return False
-            if model.get("execution_state") in ("idle", "busy"):
+                return False  # the gateway no longer has it
+            if await self._answers(kernel_id, max(0.1, min(2.0, end - loop.time()))):
                 return True
             await asyncio.sleep(SETTLE_POLL)
         return self.is_running(kernel_id)
+
+    async def _answers(self, kernel_id: str, timeout: float) -> bool:
+        """The kernel answers a kernel_info request over the gateway within ``timeout``."""
+        client = GatewayChannels(kernel_id)
+        try:
+            await client.start_channels()
+            msg_id = client.kernel_info()
+            while _parent(await client.get_shell_msg(timeout=timeout)) != msg_id:
+                pass
+            return True
+        except Exception:  # no answer (queue.Empty) or no connection: not yet
+            return False
+        finally:
+            await client.aclose()
 
     # -- starting ----------------------------------------------------------------------------
     async def start(self, kernel_name: str, cwd: str, path: str, name: str, env: dict) -> str:
