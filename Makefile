@@ -14,7 +14,10 @@ HUB_PROXY := tests/hub_proxy/node_modules/.bin/configurable-http-proxy
 LABEXT_SOURCES := $(shell find labextension/src labextension/style labextension/schema \
 	-type f -not -path '*/__tests__/*' 2>/dev/null)
 
-.PHONY: install lab test lint pytest jest ui-test chromium bench clean
+GATEWAY_VENV := .venv-gateway
+GATEWAY_VERSION := 3.3.0
+
+.PHONY: install lab test lint pytest jest ui-test chromium bench clean gateway-venv
 
 install: $(VENV)/.installed
 
@@ -35,12 +38,20 @@ lint: install
 	$(VENV)/bin/ruff format --check $(PY_SOURCES)
 	cd labextension && $(JLPM) lint:check
 
-pytest: install $(HUB_PROXY)
+pytest: install $(HUB_PROXY) gateway-venv
 	$(PY) -m pytest -ra
 
 # configurable-http-proxy from npm, for tests/test_hub.py's real JupyterHub
 $(HUB_PROXY): tests/hub_proxy/package.json tests/hub_proxy/package-lock.json
 	cd tests/hub_proxy && npm ci --no-audit --no-fund
+
+# Jupyter Enterprise Gateway for tests/test_gateway.py, in its own venv (it pins older jupyter
+# packages than ours); ~30 s. The tests make it the same way when it is missing.
+gateway-venv: $(GATEWAY_VENV)/.installed
+
+$(GATEWAY_VENV)/.installed:
+	python3 -m venv $(GATEWAY_VENV)
+	$(GATEWAY_VENV)/bin/pip install -q jupyter_enterprise_gateway==$(GATEWAY_VERSION)
 	touch $@
 
 jest: install
@@ -71,6 +82,7 @@ bench: install
 	$(PY) benchmarks/bench_pause_resume.py
 
 clean:
-	rm -rf $(VENV) labextension/node_modules labextension/lib jupyter_gpu_pause/labextension \
-		$(UI_TESTS)/node_modules $(UI_TESTS)/test-results $(UI_TESTS)/playwright-report \
-		$(UI_TESTS)/artifacts $(UI_TESTS)/.state tests/hub_proxy/node_modules
+	rm -rf $(VENV) $(GATEWAY_VENV) labextension/node_modules labextension/lib \
+		jupyter_gpu_pause/labextension $(UI_TESTS)/node_modules $(UI_TESTS)/test-results \
+		$(UI_TESTS)/playwright-report $(UI_TESTS)/artifacts $(UI_TESTS)/.state \
+		tests/hub_proxy/node_modules

@@ -3,8 +3,8 @@
 The server sends one silent ``execute_request`` whose code (``CODE``) calls ``call_parent``; the
 request ``{"protocol", "func", "params"}`` is in that message's metadata (``REQUEST_KEY``), not
 in the code, which IPython would run through its input transformers. ``func`` is ``capture``,
-``restore``, ``check`` or ``warm``. (``call`` takes the request as base64 JSON in the code, as
-servers before this one sent it.)
+``restore``, ``check``, ``warm`` or ``gpu``. (``call`` takes the request as base64 JSON in the
+code, as servers before this one sent it.)
 Progress and the final result travel back as display_data messages with our own MIME types on
 IOPub: frontends ignore them (the request is not theirs) and nothing is added to the user's
 namespace or history. Every result carries the protocol and package version, so a kernel whose
@@ -114,7 +114,8 @@ def _run(request) -> None:
             "version of jupyter_gpu_pause in the kernel's environment",
             "agent-version",
         )
-    entry = {"capture": capture, "restore": restore, "check": check, "warm": warm}.get(func)
+    entry = {"capture": capture, "restore": restore, "check": check, "warm": warm, "gpu": gpu}
+    entry = entry.get(func)
     if entry is None:
         return _fail(f"the agent has no function {func!r}", "agent-protocol")
     try:
@@ -294,3 +295,23 @@ def check(params: dict) -> None:
     except Exception as e:
         return _fail(f"check failed: {type(e).__name__}: {e}", "agent-error")
     _ok(report)
+
+
+def gpu(params: dict) -> None:
+    """What this kernel holds on its GPUs as torch sees it, for a server that cannot see the
+    process through NVML (a kernel behind a gateway): bytes reserved by torch's caching
+    allocator and the devices' UUIDs. Never imports torch or initialises CUDA."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    devices, reserved = [], 0
+    if torch is not None and torch.cuda.is_initialized():
+        for i in range(torch.cuda.device_count()):
+            held = int(torch.cuda.memory_reserved(i))
+            if held:
+                reserved += held
+                try:
+                    devices.append(f"GPU-{torch.cuda.get_device_properties(i).uuid}")
+                except Exception:  # an older torch: no uuid in the properties
+                    devices.append(f"cuda:{i}")
+    _ok({"devices": devices, "memory_bytes": reserved})

@@ -80,8 +80,26 @@ def check():
     return dry_run()
 
 
+# A kernel behind a gateway (Enterprise Gateway) gets only KERNEL_* variables from the server:
+# the server's URL and a key of the server's to derive its capability from (its own connection
+# key is known to the gateway only). See server/gateway.py.
+GATEWAY_URL_VARIABLE = "KERNEL_GPU_PAUSE_URL"
+GATEWAY_KEY_VARIABLE = "KERNEL_GPU_PAUSE_KEY"
+
+
+def _gateway_key() -> bytes | None:
+    value = os.environ.get(GATEWAY_KEY_VARIABLE)
+    try:
+        return bytes.fromhex(value) if value else None
+    except ValueError:
+        raise RuntimeError(f"{GATEWAY_KEY_VARIABLE} is not the key the server sent") from None
+
+
 def _kernel_id() -> str:
     from ipykernel.connect import get_connection_file
+
+    if _gateway_key() and os.environ.get("KERNEL_ID"):  # set by the gateway for its kernels
+        return os.environ["KERNEL_ID"]
 
     name = os.path.basename(get_connection_file())
     m = re.match(r"kernel-(.+)\.json$", name)
@@ -91,8 +109,13 @@ def _kernel_id() -> str:
 
 
 def _kernel_key() -> bytes:
-    """The HMAC key of this kernel's own connection (what the capability is derived from)."""
+    """The HMAC key of this kernel's own connection (what the capability is derived from), or
+    for a kernel behind a gateway the key the server sent it."""
     from IPython import get_ipython
+
+    gateway_key = _gateway_key()
+    if gateway_key:
+        return gateway_key
 
     shell = get_ipython()
     kernel = getattr(shell, "kernel", None)
@@ -112,7 +135,10 @@ def _server_call(method: str, path: str, body: dict | None = None) -> dict:
     The kernel holds no server token: the capability lets it read and pause its own session
     and nothing else (see ``capability.py``).
     """
-    base = os.environ.get("JUPYTER_GPU_PAUSE_URL")
+    if _gateway_key():
+        base = os.environ.get(GATEWAY_URL_VARIABLE)
+    else:
+        base = os.environ.get("JUPYTER_GPU_PAUSE_URL")
     if not base:
         raise RuntimeError(
             "this kernel was not started by a Jupyter server with jupyter_gpu_pause enabled"

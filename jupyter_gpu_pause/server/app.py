@@ -54,9 +54,9 @@ from .config import (
     check_secret_file,
     check_store,
 )
+from .gateway import GatewayKernels, build_bridge
 from .handlers import handlers
 from .hub import StopWhenPaused, hub_server
-from .kernels import KernelBridge
 from .lifecycle import Lifecycle
 from .maintenance import StoreMaintenance
 from .metrics import attach as attach_metrics
@@ -471,7 +471,7 @@ class GpuPauseApp(ExtensionApp):
         # here, by building them once, so a bad value stops the server before it serves.
         classes = {self.capacity_provider_class, QuotaCapacity, NvmlCapacity}
         classes |= {CapacityQueue, FolderQueue, PostgresQueue}
-        for cls in classes | {StoreMaintenance, WebhookSender}:
+        for cls in classes | {StoreMaintenance, WebhookSender, GatewayKernels}:
             check_known_keys(
                 self.config.get(cls.__name__, {}),
                 set(cls.class_trait_names(config=True)),
@@ -479,6 +479,7 @@ class GpuPauseApp(ExtensionApp):
             )
         self.capacity_provider_class(parent=self)
         StoreMaintenance(parent=self)
+        GatewayKernels(parent=self)  # c.GatewayKernels.server_url
         WebhookSender([], None, "", "", parent=self)  # its c.WebhookSender.* values
         self._queue("").close_now()
         if os.environ.get("JUPYTER_TOKEN"):
@@ -516,13 +517,7 @@ class GpuPauseApp(ExtensionApp):
             self.log.warning("jupyter_gpu_pause: capacity provider %s: %s", provider.name, note)
         queue = self._queue(f"{server_user()}@{socket.gethostname()}:{server.port}")
         self.lifecycle = Lifecycle(
-            bridge=KernelBridge(
-                server.kernel_manager,
-                server.session_manager,
-                server.kernel_spec_manager,
-                self.log,
-                answer_timeout=self.kernel_answer_timeout,
-            ),
+            bridge=build_bridge(self, self.kernel_answer_timeout),  # local or a gateway's
             records=self.records,
             checkpoints=Checkpoints(self._store, self.secret_file),
             provider=provider,
@@ -610,7 +605,7 @@ class GpuPauseApp(ExtensionApp):
         self.maintenance.start()
         if self.hub_stop is not None:
             self.hub_stop.start()
-        if self.warm_kernels:
+        if self.warm_kernels and self.lifecycle.bridge.supports_warm_kernels:
             table = self.lifecycle.table
             self.lifecycle.warm = WarmKernels(
                 self.lifecycle.bridge, self.log, lambda: list(table.sessions.values())

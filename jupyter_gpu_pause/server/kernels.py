@@ -175,6 +175,8 @@ def _pid(kernel) -> int | None:
 
 
 class KernelBridge:
+    supports_warm_kernels = True  # see gateway.py: a gateway's kernels have no warm spares
+
     def __init__(
         self, kernel_manager, session_manager, kernel_spec_manager, log, answer_timeout: float
     ):
@@ -196,6 +198,11 @@ class KernelBridge:
 
     def pid(self, kernel_id: str) -> int | None:
         return _pid(self.kernel(kernel_id)) if self.is_running(kernel_id) else None
+
+    def gpu_usage(self, kernel_id: str):
+        """A kernel's own report of its GPU use, where NVML cannot see its process (gateway.py);
+        None here: a local kernel is measured by the probe."""
+        return None
 
     def connections(self, kernel_id: str) -> int:
         """Open browser (websocket) connections to the kernel, as jupyter_server counts them."""
@@ -241,7 +248,19 @@ class KernelBridge:
                 raise KernelDied("the kernel stopped while the pause waited for its cell")
             await asyncio.sleep(interval)
 
-    async def _watch(self, kernel_id: str, pid: int | None) -> None:
+    async def _open_client(self, kernel_id: str, request: dict):
+        """Our own client of the kernel, sending ``request`` with its execute requests."""
+        kernel = self.kernel(kernel_id)
+        # the server's own zmq context: one made per call would be destroyed on the loop
+        client = _AgentClient(context=self.km.context)
+        client.agent_request = request
+        client.load_connection_info(kernel.get_connection_info(session=False))
+        # shell and IOPub only: the heartbeat is a thread that start waits for and stop joins,
+        # on the loop (the kernel's life is _watch's job); stdin and control are not used
+        client.start_channels(stdin=False, hb=False, control=False)
+        return client
+
+    async def _watch(self, kernel_id: str, pid: int | None, client) -> None:
         while True:
             await asyncio.sleep(WATCH_INTERVAL)
             if not self.is_running(kernel_id):
@@ -283,16 +302,10 @@ class KernelBridge:
         kernel has finished booting: the resume's timings split there). Raises AgentFailed
         with the agent's message, or KernelDied.
         """
-        kernel = self.kernel(kernel_id)
-        pid = _pid(kernel)
-        # the server's own zmq context: one made per call would be destroyed on the loop
-        client = _AgentClient(context=self.km.context)
-        client.agent_request = {"protocol": PROTOCOL, "func": func, "params": params}
-        client.load_connection_info(kernel.get_connection_info(session=False))
+        pid = self.pid(kernel_id)
+        request = {"protocol": PROTOCOL, "func": func, "params": params}
+        client = await self._open_client(kernel_id, request)
         self.agent_sessions.add(client.session.session)
-        # shell and IOPub only: the heartbeat is a thread that start waits for and stop joins,
-        # on the loop (the kernel's life is _watch's job); stdin and control are not used
-        client.start_channels(stdin=False, hb=False, control=False)
         result: dict = {}
 
         def hook(msg):
@@ -327,7 +340,7 @@ class KernelBridge:
             )
 
         run = asyncio.ensure_future(execute())
-        watch = asyncio.ensure_future(self._watch(kernel_id, pid))
+        watch = asyncio.ensure_future(self._watch(kernel_id, pid, client))
         self._agent_calls[kernel_id] = self._agent_calls.get(kernel_id, 0) + 1
         try:
             try:
@@ -395,6 +408,9 @@ class KernelBridge:
                 f"{program or 'nothing'!r}, which is not an executable program here",
                 "kernel-start",
             )
+        return await self._start(kernel_name, cwd, path, name, env)
+
+    async def _start(self, kernel_name: str, cwd: str, path: str, name: str, env: dict) -> str:
         full_env = {**self.sm.get_kernel_env(path, name or None), **env}
         try:
             return await self.km.start_kernel(kernel_name=kernel_name, path=cwd, env=full_env)

@@ -71,7 +71,10 @@ class Monitor:
         self.capture = capture
         self.log = log
         self.tracker = ActivityTracker(
-            self.bridge.km, self.bridge.agent_sessions, on_activity=self._on_activity
+            self.bridge.km,
+            self.bridge.agent_sessions,
+            on_activity=self._on_activity,
+            subscribe=getattr(self.bridge, "subscribe_iopub", None),  # a gateway's kernels
         )
         lifecycle.user_busy = self.tracker.is_busy
         self.ledger = Ledger(lifecycle.records)
@@ -103,7 +106,7 @@ class Monitor:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._restore_jupyter_culler()
-        self.tracker.close()
+        await self.tracker.aclose()
         try:
             await self.ledger.flush()
         except Exception:
@@ -194,6 +197,9 @@ class Monitor:
             roots = {s.id: p for s in running if (p := self.bridge.pid(s.kernel_id)) is not None}
             loop = asyncio.get_running_loop()
             usage = await loop.run_in_executor(None, self._sample, roots)
+        for s in running:  # kernels NVML cannot see here (a gateway's): their agent's report
+            if s.id not in usage and (report := self.bridge.gpu_usage(s.kernel_id)):
+                usage[s.id] = report
         for s in running:
             try:
                 await self._evaluate(s, usage.get(s.id), now)
