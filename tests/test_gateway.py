@@ -5,12 +5,19 @@ process (its own venv, local process proxy, an auth token), our server with
 
 from __future__ import annotations
 
+import asyncio
+import json
+import logging
 import os
+import re
 import signal
+import uuid
 from datetime import datetime, timedelta, timezone
 
 import pytest
+import websocket
 
+from jupyter_gpu_pause.server.gateway import KernelKeys, issue_kernel_keys
 from tests.gateway import KERNELSPEC, USER, Gateway, run_cell
 from tests.moto import BUCKET, PREFIX
 from tests.servers import TOKEN, Server
@@ -88,6 +95,52 @@ def _notebook_kernel(server: Server, path: str) -> str:
     return js["kernel"]["id"]
 
 
+def _terminal_environment(server: Server, *names: str) -> list[str]:
+    """The values of ``names`` in a new terminal of the server (a local process it starts, with
+    its environment), '-' for a variable that is not set."""
+    code, term = server.api("POST", "api/terminals")
+    assert code == 200, term
+    ws = websocket.create_connection(
+        f"ws://127.0.0.1:{server.port}/terminals/websocket/{term['name']}",
+        header=[f"Authorization: token {TOKEN}"],
+        timeout=30,
+    )
+    try:
+        values = " ".join(f'"${{{n}:--}}"' for n in names)
+        # the echo of the typed line shows "%s", the answer the values: only the answer matches
+        form = " ".join(["%s"] * len(names))
+        ws.send(json.dumps(["stdin", f"printf 'env-says:{form}:end\\n' {values}\r"]))
+        seen = ""
+        while not (m := re.search(r"env-says:([^%\r\n]*):end", seen)):
+            kind, *rest = json.loads(ws.recv())
+            if kind == "stdout":
+                seen += rest[0]
+        return m.group(1).split()
+    finally:
+        ws.close()
+        server.api("DELETE", f"api/terminals/{term['name']}")
+
+
+# Run in remote kernel A: its own session, and B's with a capability A derives from its own key
+FORGE = """
+import json, os, urllib.error, urllib.request
+from jupyter_gpu_pause.kernel import capability
+key = bytes.fromhex(os.environ["KERNEL_GPU_PAUSE_KEY"])
+def call(kernel_id):
+    req = urllib.request.Request(
+        os.environ["KERNEL_GPU_PAUSE_URL"].rstrip("/") + "/gpu-pause/api/kernel/session",
+        headers={"Authorization": capability.authorization(key, kernel_id)},
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, json.loads(r.read())["kernel_id"]
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())["reason"]
+print(json.dumps({"own": call(os.environ["KERNEL_ID"]), "other": call(%r)}))
+"""
+KEY_AND_ID = "import os; print(os.environ['KERNEL_ID'], os.environ['KERNEL_GPU_PAUSE_KEY'])"
+
+
 def _time(iso: str) -> datetime:
     return datetime.fromisoformat(iso.replace("Z", "+00:00"))
 
@@ -144,6 +197,42 @@ def test_pause_resume_remote_torch_kernel(tmp_path, gateway, s3):
     assert "GatewayKernelManager started kernel" in log
     for secret in (gateway.token, TOKEN, key.strip()):
         assert secret not in log
+
+
+def test_remote_kernel_key_reaches_only_its_own_session(tmp_path, gateway, s3):
+    # Given two notebooks opened as in Lab, each on a remote kernel of the same server
+    server = _server(tmp_path, gateway, s3)
+    try:
+        a = _open_notebook(server, "a.ipynb")["kernel_id"]
+        b = _open_notebook(server, "b.ipynb")["kernel_id"]
+        id_a, key_a = run_cell(server, a, KEY_AND_ID).split()
+        id_b, key_b = run_cell(server, b, KEY_AND_ID).split()
+
+        # Then each kernel runs under the id the server chose for it and holds a key of its own
+        assert (id_a, id_b) == (a, b)
+        assert key_a != key_b
+
+        # When code in kernel A calls B's session with a capability derived from A's key
+        calls = json.loads(run_cell(server, a, FORGE % b))
+
+        # Then the server refuses it, while A's call for itself works
+        assert calls == {"own": [200, a], "other": [403, "bad-capability"]}
+        # and B still reaches its own session with its own key
+        own = "import jupyter_gpu_pause as gp; print(gp.session()['kernel_id'])"
+        assert run_cell(server, b, own).strip() == b
+
+        # And a terminal, a local process of the server, gets the server's environment
+        # (KERNEL_USERNAME) but no kernel key and no server URL for kernels
+        names = ("KERNEL_USERNAME", "KERNEL_GPU_PAUSE_KEY", "KERNEL_GPU_PAUSE_URL")
+        assert _terminal_environment(server, *names) == [USER, "-", "-"]
+    finally:
+        server.stop()
+
+    # And the server's log holds neither kernel's key (nor a word of the gateway ignoring ids)
+    log = server.log.read_text(errors="replace")
+    assert log.count("GatewayKernelManager started kernel") == 2
+    assert key_a not in log and key_b not in log
+    assert "ignored the kernel id" not in log
 
 
 def test_idle_policy_pauses_remote_kernel(tmp_path, gateway, s3):
@@ -236,3 +325,47 @@ def test_remote_kernel_killed_during_pause(tmp_path, gateway, s3):
         assert run_cell(server, s["kernel_id"], "print('x' in globals())").strip() == "False"
     finally:
         server.stop()
+
+
+class GatewayOwnIds:
+    """Stands in for jupyter_server's gateway kernel manager in front of a gateway that ignores
+    the KERNEL_ID it is sent (Enterprise Gateway 3.3 honours it: see the tests above)."""
+
+    def __init__(self):
+        self.requests: list[tuple[str | None, dict]] = []
+
+    async def start_kernel(self, *, kernel_id=None, **kwargs):
+        self.requests.append((kernel_id, kwargs))
+        return kernel_id or str(uuid.uuid4())
+
+
+def test_a_gateway_ignoring_the_chosen_id_gives_no_key_for_the_kernel(caplog):
+    # Given the server's key issuing on a gateway that picks kernel ids itself
+    km, log = GatewayOwnIds(), logging.getLogger("test_gateway.keys")
+    keys = KernelKeys("http://jupyter.example/", log)
+    issue_kernel_keys(km, keys)
+
+    # When two notebooks' kernels start, and a kernel the gateway already runs is attached
+    with caplog.at_level(logging.WARNING, logger="test_gateway.keys"):
+        started = [
+            asyncio.run(km.start_kernel(kernel_name="py", path="a.ipynb", env={"JPY_X": "a"}))
+            for _ in range(2)
+        ]
+        asyncio.run(km.start_kernel(kernel_id="existing", kernel_name="py"))
+
+    # Then each start asked for an id of its own, with the key of that id and the caller's env
+    (_, first), (_, second), attached = km.requests
+    for request in (first, second):
+        env = request["env"]
+        assert env["JPY_X"] == "a" and env["KERNEL_GPU_PAUSE_URL"] == "http://jupyter.example/"
+        assert env["KERNEL_GPU_PAUSE_KEY"] == keys.key(env["KERNEL_ID"]).hex()
+    assert first["env"]["KERNEL_ID"] != second["env"]["KERNEL_ID"]
+    # and the attached kernel got nothing: no id, no key
+    assert attached == ("existing", {"kernel_name": "py"})
+    # And the kernels hold keys of ids that are not theirs, never the key of their own id
+    for request, kernel_id in zip((first, second), started, strict=True):
+        assert request["env"]["KERNEL_ID"] != kernel_id
+        assert request["env"]["KERNEL_GPU_PAUSE_KEY"] != keys.key(kernel_id).hex()
+    # and the server said so once
+    warnings = [r for r in caplog.records if "ignored the kernel id" in r.getMessage()]
+    assert len(warnings) == 1

@@ -81,8 +81,9 @@ def check():
 
 
 # A kernel behind a gateway (Enterprise Gateway) gets only KERNEL_* variables from the server:
-# the server's URL and a key of the server's to derive its capability from (its own connection
-# key is known to the gateway only). See server/gateway.py.
+# the server's URL, its id (KERNEL_ID, chosen by the server) and a key the server derived from
+# that id, to derive its capability from (its own connection key is known to the gateway only).
+# See server/gateway.py.
 GATEWAY_URL_VARIABLE = "KERNEL_GPU_PAUSE_URL"
 GATEWAY_KEY_VARIABLE = "KERNEL_GPU_PAUSE_KEY"
 
@@ -110,7 +111,7 @@ def _kernel_id() -> str:
 
 def _kernel_key() -> bytes:
     """The HMAC key of this kernel's own connection (what the capability is derived from), or
-    for a kernel behind a gateway the key the server sent it."""
+    for a kernel behind a gateway the key the server sent it for its id."""
     from IPython import get_ipython
 
     gateway_key = _gateway_key()

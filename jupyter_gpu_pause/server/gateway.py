@@ -10,19 +10,23 @@ no connection key of it. So here:
 - a kernel's death shows as the gateway's ``restarting``/``dead`` status on that websocket
   (there is no pid to watch), and the gateway's kernel model says when a restart settled;
 - kernelspecs are the gateway's (its spec manager is async, and lists specs this machine lacks);
-- a remote kernel gets the server's URL and a kernel key through ``KERNEL_*`` variables, the
-  only ones jupyter_server forwards (see ``kernel_environment``);
+- every kernel started through the gateway gets, in ``KERNEL_*`` variables of its start request
+  (the only ones jupyter_server forwards), the server's URL, an id the server chose and a key
+  derived from that id (``KernelKeys``, ``issue_kernel_keys``): it can call for its own session
+  only;
 - jupyter_server's log line for a gateway kernel start, which prints the server's whole
-  environment, is cut short (``RedactSecrets``).
+  environment and the kernel's key, is cut short (``RedactSecrets``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import re
 import secrets
+import uuid
 
 from jupyter_server.gateway.gateway_client import GatewayClient
 from jupyter_server.gateway.managers import GatewayMappingKernelManager
@@ -42,6 +46,8 @@ SETTLE_POLL = 0.5
 GPU_REPORT_INTERVAL = 30.0
 # Environment variables whose values the server's log must never show
 SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|_KEY$", re.IGNORECASE)
+# Variables Enterprise Gateway reads from a start request: the id the client chose for the kernel
+KERNEL_ID_VARIABLE = "KERNEL_ID"
 
 
 def gateway_enabled(kernel_manager) -> bool:
@@ -49,22 +55,72 @@ def gateway_enabled(kernel_manager) -> bool:
     return isinstance(kernel_manager, GatewayMappingKernelManager)
 
 
-def new_kernel_key() -> bytes:
-    """The key remote kernels derive their capability from (``kernel/capability.py``).
+class KernelKeys:
+    """One key per remote kernel, which its capability is derived from (``kernel/capability.py``).
 
     A local kernel uses its own ZMQ connection key, which the server knows; a gateway's kernel
-    has a key only the gateway knows. So the server hands every remote kernel this key, made
-    anew at each start of the server: kernels started before a restart cannot call
-    ``gp.pause()`` (the server's own pauses still work). It is one key per server: a kernel
-    holding it could act for another kernel of the same server (the same user), as a local
-    kernel can by reading its neighbours' connection files.
+    has a key only the gateway knows. So the server chooses the id of each kernel it starts
+    through the gateway and sends it ``derived_key(secret, id)``: the kernel runs user code, and
+    holds the key of its own id only, never one that opens another kernel's session. The secret
+    is made anew at each start of the server and stays in its memory (not in ``os.environ``,
+    which terminals and every other local process the server starts inherit): kernels started
+    before a restart cannot call ``gp.pause()`` (the server's own pauses still work).
     """
-    return secrets.token_bytes(32)
+
+    def __init__(self, server_url: str, log: logging.Logger):
+        self.server_url = server_url
+        self.log = log
+        self._secret = secrets.token_bytes(32)
+        self._warned = False
+
+    def key(self, kernel_id: str) -> bytes:
+        return capability.derived_key(self._secret, kernel_id)
+
+    def environment(self, kernel_id: str) -> dict[str, str]:
+        """What a kernel started under ``kernel_id`` gets: its id, where this server is, its key."""
+        return {
+            KERNEL_ID_VARIABLE: kernel_id,
+            GATEWAY_URL_VARIABLE: self.server_url,
+            GATEWAY_KEY_VARIABLE: self.key(kernel_id).hex(),
+        }
+
+    def check(self, chosen: str, started: str) -> None:
+        """Warn (once) when the gateway gave a kernel another id than the one chosen: that
+        kernel holds the key of an id no kernel has, so its calls answer 403."""
+        if started != chosen and not self._warned:
+            self._warned = True
+            self.log.warning(
+                "jupyter_gpu_pause: the gateway ignored the kernel id the server chose "
+                "(KERNEL_ID %s, started as %s): its kernels cannot call gp.pause() or "
+                "gp.session() (403); the panel, the REST API and the policies still pause them",
+                chosen,
+                started,
+            )
 
 
-def kernel_environment(server_url: str, key: bytes) -> dict[str, str]:
-    """The variables the remote kernels need: where this server is, and their key."""
-    return {GATEWAY_URL_VARIABLE: server_url, GATEWAY_KEY_VARIABLE: key.hex()}
+def issue_kernel_keys(kernel_manager, keys: KernelKeys) -> None:
+    """Make every kernel the server starts through the gateway carry its own id and key.
+
+    Notebooks opened in Lab, ``POST /api/kernels`` and our resumes all start kernels through the
+    mapping kernel manager's ``start_kernel``, whose ``env`` jupyter_server merges into the
+    gateway's start request; so the server's instance gets this wrapper of that one method. The
+    chosen id travels as ``KERNEL_ID`` in ``env`` only: a ``kernel_id`` argument means "use a
+    kernel the gateway already runs", and such a call passes through untouched (no key is made
+    for a kernel the server did not start).
+    """
+    start = kernel_manager.start_kernel
+
+    @functools.wraps(start)
+    async def start_kernel(*, kernel_id=None, **kwargs):
+        if kernel_id is not None:
+            return await start(kernel_id=kernel_id, **kwargs)
+        chosen = str(uuid.uuid4())
+        kwargs["env"] = {**(kwargs.get("env") or {}), **keys.environment(chosen)}
+        started = await start(**kwargs)
+        keys.check(chosen, started)
+        return started
+
+    kernel_manager.start_kernel = start_kernel
 
 
 class GatewayBridge(KernelBridge):
@@ -72,9 +128,9 @@ class GatewayBridge(KernelBridge):
 
     supports_warm_kernels = False  # a warm kernel would take on this machine's paths
 
-    def __init__(self, *args, kernel_key: bytes, **kwargs):
+    def __init__(self, *args, kernel_keys: KernelKeys, **kwargs):
         super().__init__(*args, **kwargs)
-        self._kernel_key = kernel_key
+        self._keys = kernel_keys
         self._languages: dict[str, str] = {}  # kernelspec name -> language, from the gateway
         self._states: dict[str, str] = {}  # kernel id -> last status seen on IOPub
         self._watches: dict[str, IopubWatch] = {}
@@ -148,9 +204,10 @@ class GatewayBridge(KernelBridge):
         return watch
 
     def holds_capability(self, kernel_id: str, presented: str) -> bool:
-        """The caller proved it is this remote kernel, with the key the server sent it."""
+        """The caller proved it is this remote kernel, with the key the server sent it for its
+        id (``KernelKeys``)."""
         return self.is_running(kernel_id) and capability.matches(
-            self._kernel_key, kernel_id, presented
+            self._keys.key(kernel_id), kernel_id, presented
         )
 
     def language(self, kernel_name: str) -> str:
@@ -262,11 +319,18 @@ class RedactSecrets(logging.Filter):
     """Keeps secrets out of the server's log.
 
     jupyter_server logs ``GatewayKernelManager started kernel: <id>, args: {...}`` at INFO,
-    where ``args`` holds the whole environment of the server (tokens, cloud credentials, the
-    kernels' key). That part is replaced, and any of ``secrets`` left in a message is masked.
+    where ``args`` holds the whole environment of the server (tokens, cloud credentials) and
+    the kernel's key. That part is replaced; in every message, any of ``secrets`` is masked, and
+    so is any value written after a secret-looking name (``'KERNEL_GPU_PAUSE_KEY': '…'``,
+    ``token=…``), which covers the per-kernel keys, too many to list.
     """
 
     _ARGS = re.compile(r"(GatewayKernelManager started kernel: \S+), args: .*", re.DOTALL)
+    _NAMED = re.compile(
+        r"""(\b\w*(?:TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|_KEY)['"]?\s*[:=]\s*['"]?)"""
+        r"""[^'"\s,;&}]{6,}""",
+        re.IGNORECASE,
+    )
 
     def __init__(self, secrets):
         super().__init__()
@@ -278,6 +342,7 @@ class RedactSecrets(logging.Filter):
         except Exception:
             return True
         new = self._ARGS.sub(r"\1 (its arguments are not logged: they hold secrets)", text)
+        new = self._NAMED.sub(r"\1[secret]", new)
         for secret in self.secrets:
             new = new.replace(secret, "[secret]")
         if new != text:
@@ -319,17 +384,17 @@ class GatewayKernels(LoggingConfigurable):
 
 
 def build_bridge(app, answer_timeout: float) -> KernelBridge:
-    """The bridge for the server's kernels: local ones, or a gateway's (then the remote
-    kernels' variables are set and the server's log loses its secrets)."""
+    """The bridge for the server's kernels: local ones, or a gateway's (then every kernel start
+    carries the remote kernel's variables and the server's log loses its secrets)."""
     server = app.serverapp
     args = (server.kernel_manager, server.session_manager, server.kernel_spec_manager, app.log)
     if not gateway_enabled(server.kernel_manager):
         return KernelBridge(*args, answer_timeout=answer_timeout)
     settings = GatewayKernels(parent=app)
-    key = new_kernel_key()
-    os.environ.update(kernel_environment(settings.server_url or server.connection_url, key))
+    keys = KernelKeys(settings.server_url or server.connection_url, app.log)
+    issue_kernel_keys(server.kernel_manager, keys)
     gateway = GatewayClient.instance()
-    hidden = [key.hex(), getattr(server.identity_provider, "token", ""), gateway.auth_token]
+    hidden = [getattr(server.identity_provider, "token", ""), gateway.auth_token]
     hidden += [v for k, v in os.environ.items() if SECRET_NAME.search(k) and len(v) >= 8]
     redact_log(server.log, hidden)
     app.log.info(
@@ -344,4 +409,4 @@ def build_bridge(app, answer_timeout: float) -> KernelBridge:
             "use a shared store such as s3://bucket/prefix (docs/gateway.md)",
             app.store_url,
         )
-    return GatewayBridge(*args, answer_timeout=answer_timeout, kernel_key=key)
+    return GatewayBridge(*args, answer_timeout=answer_timeout, kernel_keys=keys)
