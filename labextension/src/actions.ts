@@ -34,9 +34,12 @@ export function isCapacityTimeout(session: ISession | null): boolean {
  * The obvious next action on a session, for one-click views (toolbar, status
  * bar): pause a running kernel, resume a paused one, cancel a pause or a
  * queued resume; `null` when nothing applies (restoring, failed without a
- * checkpoint).
+ * checkpoint, running on another server).
  */
 export function primaryCommand(session: ISession): string | null {
+  if (session.running_elsewhere) {
+    return null; // another server runs it: open it there
+  }
   switch (session.state) {
     case 'active':
     case 'idle':
@@ -59,6 +62,9 @@ export function primaryCommand(session: ISession): string | null {
  * prefer a slow kernel now to a fast one later.
  */
 export function sessionActions(session: ISession): string[] {
+  if (session.running_elsewhere) {
+    return []; // resumed on another server: nothing to do here until it pauses there
+  }
   const resume = offersCpuResume(session)
     ? [CommandIDs.resume, CommandIDs.resumeCpu]
     : [CommandIDs.resume];

@@ -300,6 +300,11 @@ export interface ISession {
   device: KernelDevice | null;
   /** Whether the session counts as a GPU session (uses or needs a GPU). */
   gpu_session: boolean;
+  /**
+   * The server (`user@host:port`) that runs this session now, resumed there
+   * from the shared store; `null` when it does not run elsewhere.
+   */
+  running_elsewhere?: string | null;
   /** Why the last operation failed. */
   error: ISessionError | string | null;
   /** A one-line summary for the user. */

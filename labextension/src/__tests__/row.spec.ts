@@ -131,6 +131,22 @@ describe('SessionRow', () => {
     }
   );
 
+  it('offers nothing for a session another server runs, and says where it runs', () => {
+    // Given a session paused here and resumed on another node since
+    const session = makeSession({
+      state: 'paused',
+      kernel_id: null,
+      checkpoint: makeCheckpoint(6_100_000_000, 4_000_000_000),
+      running_elsewhere: 'ada@gpu-node-2:8888',
+      message:
+        'Running on ada@gpu-node-2:8888: resumed there. Open it there, or pause it there first'
+    });
+    const row = new SessionRow(session, actions, trans);
+    row.update(session, NOW);
+    expect(labels(row).slice(1)).toEqual([]);
+    expect(lines(row).join(' ')).toContain('Running on ada@gpu-node-2:8888');
+  });
+
   it('runs Resume on CPU for a paused session', () => {
     const session = makeSession({
       state: 'paused',
