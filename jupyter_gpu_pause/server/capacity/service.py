@@ -37,7 +37,8 @@ class NeverFits(GpuPauseError):
 
 
 class CapacityUnavailable(Unavailable):
-    """The queue cannot be reached: a GPU resume cannot be granted, nor safely queued."""
+    """The queue cannot be reached: a resume can be neither claimed (another server may be
+    resuming the same session) nor queued."""
 
     reason = "capacity-unavailable"
 
@@ -86,8 +87,9 @@ class Capacity:
         CAPACITY_QUEUE_UP.set(0)
         if self.unavailable is None:
             self.log.error(
-                "jupyter_gpu_pause: %s. Pauses go on; resumes of GPU sessions answer 503 "
-                "and waiting ones keep their place until it is back (tried again every %g s)",
+                "jupyter_gpu_pause: %s. Pauses go on; new resumes answer 503 "
+                "(capacity-unavailable) and waiting ones keep their place until it is back "
+                "(tried again every %g s)",
                 e,
                 self.queue.lease_seconds / 3,
             )
