@@ -13,8 +13,6 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import psutil
@@ -22,6 +20,7 @@ import pytest
 from jupyter_client import BlockingKernelClient
 
 from tests.cells import CellOutput
+from tests.http import request
 from tests.servers import _free_port
 
 WAIT = 90.0  # seconds: a single-user server starts in 5-20 s on these small VMs
@@ -138,18 +137,7 @@ class Hub:
 
     # -- HTTP through the proxy, with the admin service's token ---------------------------------
     def api(self, method: str, path: str, body=None, timeout: float = 30):
-        data = json.dumps(body if body is not None else {}).encode() if method == "POST" else None
-        req = urllib.request.Request(
-            f"{self.url}/{path}",
-            data=data,
-            method=method,
-            headers={"Authorization": f"token {self.token}", "Content-Type": "application/json"},
-        )
-        try:
-            with urllib.request.urlopen(req, timeout=timeout) as r:
-                code, raw = r.status, r.read()
-        except urllib.error.HTTPError as e:
-            code, raw = e.code, e.read()
+        code, raw = request(f"{self.url}/{path}", self.token, method, body, timeout)
         try:
             return code, (json.loads(raw) if raw else None)
         except ValueError:

@@ -10,8 +10,6 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import psutil
@@ -19,6 +17,7 @@ import pytest
 from jupyter_client import BlockingKernelClient
 
 from tests.cells import CellOutput
+from tests.http import request
 
 TOKEN = "restart-test-token"
 WAIT = 60.0
@@ -165,18 +164,8 @@ class Server:
             pytest.fail(f"jupyter server ignored SIGTERM for {WAIT}s:\n{self.log_tail()}")
 
     def api(self, method: str, path: str, body=None, timeout: float = 30):
-        data = json.dumps(body if body is not None else {}).encode() if method == "POST" else None
-        req = urllib.request.Request(
-            f"http://127.0.0.1:{self.port}/{path}",
-            data=data,
-            method=method,
-            headers={"Authorization": f"token {TOKEN}", "Content-Type": "application/json"},
-        )
-        try:
-            with urllib.request.urlopen(req, timeout=timeout) as r:
-                code, raw = r.status, r.read()
-        except urllib.error.HTTPError as e:
-            code, raw = e.code, e.read()
+        url = f"http://127.0.0.1:{self.port}/{path}"
+        code, raw = request(url, TOKEN, method, body, timeout)
         return code, (json.loads(raw) if raw else None)
 
     def sessions(self) -> dict[str, dict]:

@@ -9,11 +9,11 @@ database's password never shows, and everything goes on by itself once PostgreSQ
 
 from __future__ import annotations
 
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from tests.http import request
 from tests.postgres import Postgres, _free_port
 from tests.scrape import Scrape
 from tests.servers import STATE, TOKEN, Server
@@ -25,11 +25,9 @@ PASSWORD = "Sup3r-secret-pw"
 
 def queue_up(server: Server) -> float:
     """``jupyter_gpu_pause_capacity_queue_up`` on the server's ``/metrics``."""
-    req = urllib.request.Request(
-        f"http://127.0.0.1:{server.port}/metrics", headers={"Authorization": f"token {TOKEN}"}
-    )
-    with urllib.request.urlopen(req, timeout=30) as r:
-        return Scrape(r.read().decode()).value("capacity_queue_up")
+    code, raw = request(f"http://127.0.0.1:{server.port}/metrics", TOKEN)
+    assert code == 200, raw
+    return Scrape(raw.decode()).value("capacity_queue_up")
 
 
 @pytest.fixture
