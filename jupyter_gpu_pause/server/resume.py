@@ -149,12 +149,12 @@ class Resume:
                 s.grant = {"devices": grant.devices, "bytes": grant.bytes}
             s.message = "Restoring" + (" on the CPU" if grant.device == "cpu" else "")
             s.progress = {"phase": "starting", "done_bytes": 0, "total_bytes": manifest.total_bytes}
-            await lc.table.persist(s)
             self.clock.enter("start")
             if self.prefetch is None:  # while the kernel starts (checkpoints.Prefetch)
                 self.prefetch = lc.checkpoints.prefetch(manifest)
             try:
-                async with lc.restore_slots.hold(s):  # a few at a time (RestoreSlots)
+                # a few at a time (RestoreSlots); saved once it says whether it waits its turn
+                async with lc.restore_slots.hold(s, lambda: lc.table.persist(s)):
                     if into:
                         kid = into
                     else:

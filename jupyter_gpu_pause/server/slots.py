@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+from collections.abc import Awaitable, Callable
 
 from ..units import count_text
 from .model import Session
@@ -44,9 +45,11 @@ class RestoreSlots:
         self.waiting = 0  # resumes waiting for a slot now
 
     @contextlib.asynccontextmanager
-    async def hold(self, s: Session):
+    async def hold(self, s: Session, announce: Callable[[], Awaitable[None]] | None = None):
         """Hold a slot for the block; meanwhile ``s`` shows its wait, and then its message
-        and progress as they were."""
+        and progress as they were. ``announce`` (saving the session) runs once ``s`` says
+        whether it waits, so that no one, the API included, sees it restoring before it has
+        a slot."""
         if self._free.locked():
             before = s.message, s.progress
             ahead = self.waiting
@@ -56,12 +59,16 @@ class RestoreSlots:
             s.progress = {**(s.progress or {}), "phase": "queued"}
             self.waiting += 1
             try:
+                if announce is not None:
+                    await announce()
                 await self._free.acquire()
             finally:
                 self.waiting -= 1
             s.message, s.progress = before
         else:
-            await self._free.acquire()  # free: returns at once
+            await self._free.acquire()  # free: returns at once, the slot ours
+            if announce is not None:
+                await announce()
         try:
             yield
         finally:
