@@ -97,6 +97,7 @@ class CapacityQueue(LoggingConfigurable):
         self.server_id, self.user, self.label = server_id, user, label
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpu-pause-queue")
         self._db = None  # the worker thread's connection, made by the first transaction
+        self._joined = False  # this server's row was written once (so a missing one lapsed)
         self.now = 0.0
 
     @property
@@ -122,20 +123,25 @@ class CapacityQueue(LoggingConfigurable):
                 pass
 
     # -- the worker thread's side --------------------------------------------------------------
-    def _renew(self, db) -> bool:
-        """Extend this server's lease; False when it had lapsed (its rows are gone)."""
+    def _renew(self, db) -> None:
+        """Extend this server's lease (join the servers, the first time). A lease that had
+        lapsed (a stalled event loop, an outage) is said in the log: others dropped this
+        server's rows, which the transaction renewing it puts back (``_set_holders``,
+        ``_turn``)."""
         until = self.now + self.lease_seconds
         cur = self._q(
             db, "UPDATE servers SET lease_until = ? WHERE id = ?", (until, self.server_id)
         )
         if cur.rowcount:
-            return True
+            return
         self._q(
             db,
             'INSERT INTO servers (id, "user", label, pid, lease_until) VALUES (?, ?, ?, ?, ?)',
             (self.server_id, self.user, self.label, os.getpid(), until),
         )
-        return False
+        if self._joined:
+            self.log.warning("jupyter_gpu_pause: the capacity queue lease had lapsed")
+        self._joined = True
 
     def _expire(self, db) -> None:
         self._q(db, "DELETE FROM servers WHERE lease_until < ?", (self.now,))
@@ -326,9 +332,6 @@ class CapacityQueue(LoggingConfigurable):
 
     async def open(self) -> None:
         await self._in_tx(self._renew)
-
-    async def renew(self) -> bool:
-        return await self._in_tx(self._renew)
 
     async def join(self, need: Need, name: str, since: float, rank: float | None = None):
         """Enter the line (at ``rank``: back at a place held before); returns (entry, rank)."""

@@ -113,17 +113,12 @@ class Capacity:
             await self.queue.close()
 
     async def _renew_forever(self) -> None:
+        """Every third of the lease, one sync: it renews the lease, tells the queue this
+        server's GPU sessions and claims again (after a lapse or an outage), and learns what
+        other servers run now (``elsewhere``)."""
         while True:
             await asyncio.sleep(self.queue.lease_seconds / 3)
-            try:
-                if not await self.queue.renew():  # lapsed: others dropped our holdings
-                    self.log.warning("jupyter_gpu_pause: the capacity queue lease had lapsed")
-                self._up()
-                self.changed()  # and learn what other servers run now (``elsewhere``)
-            except QueueUnavailable as e:
-                self._down(e)
-            except Exception:
-                self.log.exception("jupyter_gpu_pause: could not renew the capacity queue lease")
+            self.changed()
 
     # -- asking --------------------------------------------------------------------------------
     def need(self, session_id: str, gpu_bytes_per_device: list[int]) -> Need:
