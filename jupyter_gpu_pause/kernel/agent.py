@@ -250,6 +250,11 @@ def warm(params: dict) -> None:
         except ImportError:
             continue
         imported.append(name)
+    # Importing torch or pandas leaves a full garbage collection due; run it now, while this
+    # kernel waits for a resume, rather than in the middle of that resume's unpickling.
+    import gc
+
+    gc.collect()
     _ok({"imported": imported})
 
 

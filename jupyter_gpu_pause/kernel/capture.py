@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from ..store import Store
 from ..store.schema import HOOKS_OBJECT
 from ..store.sources import BufferSource, source_hash
-from .pickling import RefTable, SegmentPickler
+from .pickling import RefTable, SegmentPickler, collector_paused
 from .staging import Staging, cuda_staging, download
 
 IPYTHON_NAMES = frozenset({"In", "Out", "exit", "quit", "get_ipython"})
@@ -71,6 +71,11 @@ def make_plan(
     user_ns: dict, hidden: dict, registered: list[str], mode: str, hooks: dict | None = None
 ) -> Plan:
     """Pickle the chosen names; raise CaptureError if a registered one cannot be saved."""
+    with collector_paused():
+        return _make_plan(user_ns, hidden, registered, mode, hooks)
+
+
+def _make_plan(user_ns: dict, hidden: dict, registered: list[str], mode: str, hooks) -> Plan:
     for name in registered:
         if name not in user_ns:
             raise CaptureError(

@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 
 from ..store import IntegrityError, Store
 from ..store.format import parse_iso
-from .pickling import EditableMemoUnpickler, StreamUnpickler
+from .pickling import EditableMemoUnpickler, StreamUnpickler, collector_paused
 from .staging import DEPTH, RESTORE_BUFFER_BYTES, RESTORE_READERS, Staging, cuda_staging, read_in
 
 
@@ -53,11 +53,15 @@ def _device_map(storages: list[dict], device: str):
 
 
 def _allocator(doc: dict):
-    """Buffers for blobs: from torch when it is (or will be) loaded, else numpy.
+    """Buffers for blobs: from torch when it is (or will be) loaded, else numpy; a bytearray
+    when the checkpoint is only a pickle stream and numpy is not loaded (importing it would
+    cost a small notebook's resume ~50 ms).
 
     numpy asks for transparent huge pages on large buffers, and on hosts that defragment on
     demand the first touch of such a buffer can stall for seconds; torch's allocator does not.
     """
+    if not doc["storages"] and not doc["arrays"] and "numpy" not in sys.modules:
+        return bytearray
     import numpy as np
 
     if doc["storages"] or "torch" in sys.modules:
@@ -342,7 +346,7 @@ def _rebuild(doc: dict, resolver: _Resolver, want: set | None = None):
     """
     h = doc["pickle"]["blob"]
     damaged = resolver.bad.get(h)
-    stream = b"" if damaged or not doc["pickle"]["bytes"] else _host(resolver.blobs[h]).tobytes()
+    stream = b"" if damaged or not doc["pickle"]["bytes"] else bytes(_host(resolver.blobs[h]))
     left = set(want) if want is not None else None
     previous = None
     # with every blob sound, one unpickler over the stream; else one per object (see below)
@@ -408,6 +412,11 @@ def restore_objects(
     Running out of GPU memory is not one object's failure but the placement's: the whole
     restore stops with ``gpu-oom`` so the server can put the session back in line.
     """
+    with collector_paused():
+        return _restore_objects(doc, blobs, user_ns, device, bad, fallbacks)
+
+
+def _restore_objects(doc, blobs, user_ns, device, bad, fallbacks) -> dict:
     device_map = _device_map(doc["storages"], device)
     claimed: set = set()
     resolver = _Resolver(doc, blobs, user_ns, device_map, bad, claimed)
