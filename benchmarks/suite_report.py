@@ -48,6 +48,8 @@ SMALL_ROWS = (
     *((f"resume.{p}", f"  {p}", "t") for p in ("start", "read", "unpickle")),
     ("pickle_read_loads_s", "read + pickle.loads (cold, in the kernel)", "t"),
     ("pickle_loads_s", "  pickle.loads", "t"),
+    ("pickle_cell_dump_write_s", "pickle.dumps + write + fsync as a cell, timed outside", "t"),
+    ("pickle_cell_read_loads_s", "read + pickle.loads (cold) as a cell, timed outside", "t"),
     ("repause_same_s", "re-pause, nothing changed", "t"),
     ("pickle_bytes", "pickle size", "b"),
     ("pause.peak_extra_mib", "kernel peak RSS over before: pause", "m"),
@@ -83,6 +85,19 @@ def small_resume(r: dict, f: dict) -> float:
     return (r["resume.read"] + r["resume.unpickle"]) / r["pickle_read_loads_s"]
 
 
+def small_pause_cell(r: dict, f: dict) -> float:
+    """The same, against the pickling run as a cell and timed from outside the kernel: like
+    the pause's phases, it carries one request to the kernel and its answer (no target: the
+    issue's is against the kernel's own timing)."""
+    return (r["pause.capture"] + r["pause.write"] + r["pause.verify"]) / r[
+        "pickle_cell_dump_write_s"
+    ]
+
+
+def small_resume_cell(r: dict, f: dict) -> float:
+    return (r["resume.read"] + r["resume.unpickle"]) / r["pickle_cell_read_loads_s"]
+
+
 def ratio_specs(labels: list[str]) -> list[tuple]:
     """(key, label, section, size label or None, function of one repetition, op, target)."""
 
@@ -112,6 +127,10 @@ def ratio_specs(labels: list[str]) -> list[tuple]:
          "small_objects", None, small_pause, "<=", 2.0),
         ("small_resume_vs_pickle", "small objects: read+unpickle / pickle read+loads",
          "small_objects", None, small_resume, "<=", 2.0),
+        ("small_pause_vs_pickle_cell", "small objects: capture+write+verify / the pickle cell",
+         "small_objects", None, small_pause_cell, None, None),
+        ("small_resume_vs_pickle_cell", "small objects: read+unpickle / the loads cell",
+         "small_objects", None, small_resume_cell, None, None),
     ]  # fmt: skip
 
 

@@ -95,6 +95,16 @@ class SuiteServer(JupyterServer):
         self.settle()
         return self.call(kid, module, fn, *args, timeout=timeout)
 
+    def timed_cell(self, kid: str, code: str, timeout: float = WAIT) -> float:
+        """Seconds from sending ``code`` as a cell (the baselines module imported) until its
+        reply, once the machine is quiet: a cell's work plus one trip to the kernel and back."""
+        for module in ("baselines", "states"):  # imported: the cell times its own work only
+            self.call(kid, module, "ready")
+        self.settle()
+        t = time.perf_counter()
+        self.answer(kid, code, timeout)
+        return time.perf_counter() - t
+
     def call(self, kid: str, module: str, fn: str, *args, timeout: float = WAIT) -> dict:
         """``module.fn(namespace, *args)`` inside kernel ``kid``; its dict."""
         code = CALL.format(here=HERE, module=module, fn=fn, args=args, mark=MARK)

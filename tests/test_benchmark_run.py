@@ -47,7 +47,8 @@ def test_smoke_run_writes_every_section_with_numbers(tmp_path):
     assert not numbers(
         small["median"],
         ["pause_s", "pause.capture", "resume_s", "resume.read", "resume.unpickle",
-         "pickle_dump_write_s", "pickle_read_loads_s", "repause_same_s"],
+         "pickle_dump_write_s", "pickle_read_loads_s", "pickle_cell_dump_write_s",
+         "pickle_cell_read_loads_s", "repause_same_s"],
     )  # fmt: skip
     assert not numbers(
         result["fixed"]["median"],
@@ -57,6 +58,7 @@ def test_smoke_run_writes_every_section_with_numbers(tmp_path):
     assert set(ratios) >= {
         "resume_vs_floor[8M]", "torch_load_kernel_vs_resume[8M]", "tiny_gpu_released_s",
         "tiny_resume_minus_bare_s", "small_pause_vs_pickle", "small_resume_vs_pickle",
+        "small_pause_vs_pickle_cell", "small_resume_vs_pickle_cell",
     }  # fmt: skip
     assert not [k for k, r in ratios.items() if numbers(r, ["median", "min", "max"])]
     assert all(isinstance(r["met"], bool) for r in ratios.values() if r["target"])
