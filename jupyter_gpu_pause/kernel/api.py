@@ -9,8 +9,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import urllib.error
-import urllib.request
 
 from ..store.schema import is_variable_name
 from .capability import authorization
@@ -144,6 +142,11 @@ def _server_call(method: str, path: str, body: dict | None = None) -> dict:
         raise RuntimeError(
             "this kernel was not started by a Jupyter server with jupyter_gpu_pause enabled"
         )
+    # imported here: http.client and email take ~6 ms, which every kernel's first pause (the
+    # agent imports this module) would pay for a call most notebooks never make
+    import urllib.error
+    import urllib.request
+
     kernel_id = _kernel_id()
     req = urllib.request.Request(
         base.rstrip("/") + "/gpu-pause/api/kernel/" + path,
