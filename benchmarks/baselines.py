@@ -103,11 +103,6 @@ def torch_load_timed(ns: dict, path: str) -> dict:
 
 
 # -- inside the kernel: the small-objects namespace -----------------------------------------------
-def ready(ns: dict) -> dict:
-    """Nothing: calling it imports this module in the kernel (``SuiteServer.timed_cell``)."""
-    return {}
-
-
 def pickle_write_timed(ns: dict, names: list[str], path: str) -> dict:
     """``pickle.dumps`` of the named variables as one dict, then written and fsync'd: what a
     careful notebook does by hand, compared with a pause's capture + write (+ verify)."""

@@ -159,11 +159,6 @@ def small_fingerprint(ns: dict, objects: int) -> dict:
     return {"fingerprint": h.hexdigest()}
 
 
-def ready(ns: dict) -> dict:
-    """Nothing: calling it imports this module in the kernel (``SuiteServer.timed_cell``)."""
-    return {}
-
-
 def small_variables(ns: dict, objects: int) -> dict:
     """The small variables the namespace holds (``df`` only when pandas made it)."""
     return {"names": [n for n in small_names(objects) if n in ns]}

@@ -75,27 +75,33 @@ def medians(runs: list[dict]) -> dict:
     return out
 
 
+def _pause_work(r: dict) -> float:
+    """The pause's own work on the namespace: what pickling and writing it compares with."""
+    return r["pause.capture"] + r["pause.write"] + r["pause.verify"]
+
+
+def _resume_work(r: dict) -> float:
+    """The resume's own work: what reading the pickle and loading it compares with."""
+    return r["resume.read"] + r["resume.unpickle"]
+
+
 def small_pause(r: dict, f: dict) -> float:
-    """The pause's own work on the namespace, like for like with pickling and writing it."""
-    return (r["pause.capture"] + r["pause.write"] + r["pause.verify"]) / r["pickle_dump_write_s"]
+    return _pause_work(r) / r["pickle_dump_write_s"]
 
 
 def small_resume(r: dict, f: dict) -> float:
-    """The resume's own work, like for like with reading the pickle and loading it."""
-    return (r["resume.read"] + r["resume.unpickle"]) / r["pickle_read_loads_s"]
+    return _resume_work(r) / r["pickle_read_loads_s"]
 
 
 def small_pause_cell(r: dict, f: dict) -> float:
-    """The same, against the pickling run as a cell and timed from outside the kernel: like
-    the pause's phases, it carries one request to the kernel and its answer (no target: the
-    issue's is against the kernel's own timing)."""
-    return (r["pause.capture"] + r["pause.write"] + r["pause.verify"]) / r[
-        "pickle_cell_dump_write_s"
-    ]
+    """Against the pickling run as a cell and timed from outside the kernel: like the pause's
+    phases, it carries one request to the kernel and its answer (no target: the issue's is
+    against the kernel's own timing)."""
+    return _pause_work(r) / r["pickle_cell_dump_write_s"]
 
 
 def small_resume_cell(r: dict, f: dict) -> float:
-    return (r["resume.read"] + r["resume.unpickle"]) / r["pickle_cell_read_loads_s"]
+    return _resume_work(r) / r["pickle_cell_read_loads_s"]
 
 
 def ratio_specs(labels: list[str]) -> list[tuple]:

@@ -96,10 +96,9 @@ class SuiteServer(JupyterServer):
         return self.call(kid, module, fn, *args, timeout=timeout)
 
     def timed_cell(self, kid: str, code: str, timeout: float = WAIT) -> float:
-        """Seconds from sending ``code`` as a cell (the baselines module imported) until its
-        reply, once the machine is quiet: a cell's work plus one trip to the kernel and back."""
-        for module in ("baselines", "states"):  # imported: the cell times its own work only
-            self.call(kid, module, "ready")
+        """Seconds from sending ``code`` as a cell until its reply, once the machine is quiet:
+        a cell's work plus one trip to the kernel and back. The modules it uses should have
+        been imported by an earlier ``call``, so that it times its own work only."""
         self.settle()
         t = time.perf_counter()
         self.answer(kid, code, timeout)
