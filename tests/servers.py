@@ -163,6 +163,19 @@ class Server:
             proc.wait(10)
             pytest.fail(f"jupyter server ignored SIGTERM for {WAIT}s:\n{self.log_tail()}")
 
+    def kill(self) -> None:
+        """SIGKILL the server and its kernels, as a crash of its container would: nothing of
+        it runs its cleanup."""
+        proc, self.proc = self.proc, None
+        procs = [*psutil.Process(proc.pid).children(recursive=True), psutil.Process(proc.pid)]
+        for p in procs:
+            try:
+                p.kill()
+            except psutil.NoSuchProcess:
+                pass
+        proc.wait(WAIT)
+        psutil.wait_procs(procs, timeout=WAIT)
+
     def api(self, method: str, path: str, body=None, timeout: float = 30):
         url = f"http://127.0.0.1:{self.port}/{path}"
         code, raw = request(url, TOKEN, method, body, timeout)

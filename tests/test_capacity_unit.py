@@ -1,14 +1,18 @@
 """The capacity rules on their own: what quota and NVML providers decide for a need (through
 a fake NVML probe, declared in tests/fakes.py), and the node's queue with two servers on one
-real SQLite folder: FIFO across servers, strict order, leases of dead servers, file modes."""
+real SQLite folder (and a real PostgreSQL): FIFO across servers, strict order, leases of dead
+servers, servers of this machine whose process is gone, file modes."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import stat
+import subprocess
+import sys
 import time
 
+import psutil
 import pytest
 
 from jupyter_gpu_pause.server.capacity import (
@@ -22,6 +26,8 @@ from jupyter_gpu_pause.server.capacity import (
     Verdict,
 )
 from jupyter_gpu_pause.server.capacity.folder import DB_NAME
+from jupyter_gpu_pause.server.capacity.liveness import ProcessId
+from jupyter_gpu_pause.server.capacity.service import held_elsewhere
 from tests.fakes import FakeProbe
 
 GB = 10**9
@@ -190,3 +196,80 @@ async def test_queue_files_are_shared_with_the_group_only_in_a_group_folder(tmp_
         await q.open()
         await q.close()
         assert stat.S_IMODE(os.stat(folder / DB_NAME).st_mode) == mode
+
+
+def on_this_machine(pid: int, started: float) -> ProcessId:
+    """How a server of this machine running as process ``pid`` is recorded."""
+    me = ProcessId.current()
+    return ProcessId(me.host, me.pid_space, pid, started)
+
+
+@pytest.fixture
+def doomed():
+    """A real process of this machine, for a server row to name; killed by the test."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+async def test_a_claim_of_a_server_gone_from_this_machine_is_void_at_once(where, doomed):
+    # Given a server of this machine (its process: `doomed`) that claimed a session
+    gone, other = server(where, "gone"), server(where, "other")
+    gone.me = on_this_machine(doomed.pid, psutil.Process(doomed.pid).create_time())
+    await gone.open()
+    await other.open()
+    try:
+        assert await gone.claim("s1") is None
+        held = await other.claim("s1")
+        assert held.label == "gone" and held.here, held  # alive: its process runs
+
+        # When its process dies, its lease (30 s) still running
+        doomed.kill()
+        doomed.wait()
+
+        # Then the next server claims the session at once, and the dead one's rows are gone
+        assert await other.claim("s1") is None
+        snap = await other.snapshot()
+        assert "gone" not in snap["servers"]
+    finally:
+        await other.close()
+
+
+async def test_a_reused_pid_does_not_keep_a_dead_servers_claim(where):
+    # Given a server row naming a live pid (ours), but a process that started earlier: the pid
+    # was given to this process after the server that held it died
+    ghost, other = server(where, "ghost"), server(where, "other")
+    ghost.me = on_this_machine(os.getpid(), psutil.Process().create_time() - 100)
+    await ghost.open()
+    await other.open()
+    try:
+        assert await ghost.claim("s1") is None
+        # When another server claims the session, Then it gets it
+        assert await other.claim("s1") is None
+    finally:
+        await other.close()
+
+
+async def test_a_claim_held_on_another_machine_says_when_its_lease_ends(where):
+    # Given a server of another machine (another host, another pid space) that claimed a
+    # session: this machine cannot see its process, so its lease is the rule
+    remote, other = server(where, "node-b:8888"), server(where, "other")
+    remote.me = ProcessId("node-b", "node-b|1|4026531836", 4242, 1.0)
+    await remote.open()
+    await other.open()
+    try:
+        assert await remote.claim("s1") is None
+        before = time.time()
+        held = await other.claim("s1")
+
+        # Then the claim stands until the remote lease ends, and the refusal says when
+        assert held.label == "node-b:8888" and not held.here
+        assert before + 25 < held.lease_until < before + 35
+        message = held_elsewhere(held)
+        until = time.strftime("%H:%M:%S UTC", time.gmtime(held.lease_until))
+        assert f"held by server node-b:8888 until {until} unless it answers" in message
+        assert f"resume again after {until}" in message
+    finally:
+        await remote.close()
+        await other.close()

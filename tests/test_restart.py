@@ -200,3 +200,83 @@ def test_checkpoints_deleted_by_hand_and_discarded_sessions(server):
     # And the discarded one stays discarded although its checkpoints are still stored
     assert kept["id"] not in server.sessions()
     assert list((server.tmp / "store" / "v1" / "sessions" / kept["id"]).glob("*.json"))
+
+
+def test_a_crashed_servers_running_session_resumes_at_once(server):
+    # Given a session resumed on this server, so that the queue holds its claim
+    server.start()
+    s = server.open_notebook("nb.ipynb")
+    server.run(s["kernel_id"], STATE)
+    ck = server.pause(s["id"])["checkpoint"]["id"]
+    server.resume(s["id"])
+
+    # When the server is SIGKILLed (no cleanup: the claim stays in the queue, its lease
+    # running) and started again on another port
+    server.kill()
+    server.start()
+
+    # Then the session is paused at its checkpoint
+    again = server.wait_until(
+        lambda: (x := server.sessions().get(s["id"])) and x["state"] == "paused" and x,
+        "the session listed paused",
+    )
+    assert again["checkpoint"]["id"] == ck and again["running_elsewhere"] is None, again
+
+    # And the first resume is accepted at once, not refused for the dead server's claim
+    code, body = server.api("POST", f"gpu-pause/api/sessions/{s['id']}/resume")
+    assert code == 202, body
+    back = server.wait_state(s["id"])
+    assert back["state"] in ("active", "idle"), back
+    assert server.run(back["kernel_id"], READBACK).strip() == "45.0 hi"
+
+    # And the log says why the claim went
+    assert "on this machine is gone" in server.wait_log("is gone: its claims")
+
+
+def test_a_session_of_a_crashed_server_resumes_at_once_on_another_of_this_machine(tmp_path):
+    # Given two servers of one machine sharing a store, a key and the machine's queue folder
+    # (each with its own records), and a session resumed on the first (the queue holds its
+    # claim for it)
+    shared = f"""
+c.GpuPauseApp.store_url = {str(tmp_path / "store")!r}
+c.GpuPauseApp.secret_file = {str(tmp_path / "secret")!r}
+c.GpuPauseApp.capacity_queue_url = {str(tmp_path / "queue")!r}
+c.GpuPauseApp.store_rescan_interval = 1.0
+"""
+    first, second = (
+        Server(
+            tmp_path / name,
+            shared + f"c.GpuPauseApp.db_path = {str(tmp_path / f'{name}.sqlite')!r}\n",
+            own_paths=False,
+        )
+        for name in ("first", "second")
+    )
+    second.root = first.root  # one home folder
+    try:
+        first.start()
+        second.start()
+        s = first.open_notebook("nb.ipynb")
+        first.run(s["kernel_id"], STATE)
+        first.pause(s["id"])
+        first.resume(s["id"])
+        second.wait_until(
+            lambda: (x := second.sessions().get(s["id"])) and x["running_elsewhere"],
+            "the second server seeing the session run on the first",
+        )
+
+        # When the first server is SIGKILLed, its lease (30 s) still running
+        first.kill()
+
+        # Then a resume there is accepted at once (not refused for the dead server's claim)
+        code, body = second.api("POST", f"gpu-pause/api/sessions/{s['id']}/resume")
+        assert code == 202, body
+        assert body["running_elsewhere"] is None, body
+
+        # And it brings the values back
+        back = second.wait_state(s["id"])
+        assert back["state"] in ("active", "idle"), back
+        assert second.run(back["kernel_id"], READBACK).strip() == "45.0 hi"
+    finally:
+        for srv in (first, second):
+            if srv.proc:
+                srv.stop()

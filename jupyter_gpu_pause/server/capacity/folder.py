@@ -36,6 +36,12 @@ MIGRATIONS = [
     CREATE TABLE claims (session_id TEXT PRIMARY KEY, server_id TEXT NOT NULL,
                          since REAL NOT NULL);
     """,
+    # which process a server is, so that one of this machine found gone is dropped at once
+    """
+    ALTER TABLE servers ADD COLUMN host TEXT;
+    ALTER TABLE servers ADD COLUMN pid_space TEXT;
+    ALTER TABLE servers ADD COLUMN started REAL;
+    """,
 ]
 
 

@@ -57,6 +57,12 @@ MIGRATIONS = [
     CREATE TABLE {SCHEMA}.claims (session_id TEXT PRIMARY KEY, server_id TEXT NOT NULL,
                                   since DOUBLE PRECISION NOT NULL)
     """,
+    # which process a server is, so that one of the same machine found gone is dropped at once
+    f"""
+    ALTER TABLE {SCHEMA}.servers ADD COLUMN host TEXT;
+    ALTER TABLE {SCHEMA}.servers ADD COLUMN pid_space TEXT;
+    ALTER TABLE {SCHEMA}.servers ADD COLUMN started DOUBLE PRECISION
+    """,
 ]
 
 

@@ -16,9 +16,13 @@ Either way two servers never grant the same capacity. The tables:
   at once (two simultaneous resumes on two nodes: one kernel).
 
 A server that dies (SIGKILL, a lost node) stops renewing; once its lease ends, any server's next
-transaction deletes its entries and holders, so nobody waits behind a dead process for longer
-than the lease. The head of the line is granted by its own server when the provider says it
-fits; everyone behind it waits (strict FIFO: a small resume never overtakes a large one).
+transaction deletes its entries, holders and claims, so nobody waits behind a dead process for
+longer than the lease. On one machine nobody waits at all: a row whose process is gone (its pid
+and start time, ``liveness.py``) is dropped by the next transaction of any server there, so a
+crashed server's sessions resume at once after a restart.
+
+The head of the line is granted by its own server when the provider says it fits; everyone
+behind it waits (strict FIFO: a small resume never overtakes a large one).
 
 The queue is the one place shared between users: it holds session ids, notebook *file names*
 (not their folders), user names and sizes, and nothing else.
@@ -28,7 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -37,6 +40,7 @@ from traitlets import Float, TraitError, validate
 from traitlets.config import LoggingConfigurable
 
 from .base import Grant, Holder, Need, Verdict
+from .liveness import ProcessId, process_gone
 
 
 class QueueError(Exception):
@@ -46,6 +50,15 @@ class QueueError(Exception):
 class QueueUnavailable(QueueError):
     """The queue's database cannot be reached now (PostgreSQL down, the network); the next
     call tries again."""
+
+
+@dataclass(frozen=True)
+class ClaimHolder:
+    """The live server that runs a session another server wants to resume."""
+
+    label: str
+    lease_until: float  # the end of its lease, in the queue's clock (epoch seconds)
+    here: bool  # on this machine, its process seen alive: not a lease to wait out
 
 
 @dataclass(frozen=True)
@@ -99,6 +112,7 @@ class CapacityQueue(LoggingConfigurable):
         self._db = None  # the worker thread's connection, made by the first transaction
         self._joined = False  # this server's row was written once (so a missing one lapsed)
         self.now = 0.0
+        self.me = ProcessId.current()
 
     @property
     def where(self) -> str:
@@ -134,17 +148,36 @@ class CapacityQueue(LoggingConfigurable):
         )
         if cur.rowcount:
             return
+        me = self.me
         self._q(
             db,
-            'INSERT INTO servers (id, "user", label, pid, lease_until) VALUES (?, ?, ?, ?, ?)',
-            (self.server_id, self.user, self.label, os.getpid(), until),
-        )
+            'INSERT INTO servers (id, "user", label, pid, lease_until, host, pid_space, started) '
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (self.server_id, self.user, self.label, me.pid, until, me.host, me.pid_space,
+             me.started),
+        )  # fmt: skip
         if self._joined:
             self.log.warning("jupyter_gpu_pause: the capacity queue lease had lapsed")
         self._joined = True
 
     def _expire(self, db) -> None:
+        """Drop the servers whose lease ended, and those of this machine whose process is
+        gone (without waiting for their lease), with everything they held."""
         self._q(db, "DELETE FROM servers WHERE lease_until < ?", (self.now,))
+        here = self._q(
+            db,
+            "SELECT id, label, pid, started FROM servers WHERE pid_space = ? AND id <> ?",
+            (self.me.pid_space, self.server_id),
+        ).fetchall()
+        for sid, label, pid, started in here:
+            if process_gone(pid, started):
+                self._q(db, "DELETE FROM servers WHERE id = ?", (sid,))
+                self.log.warning(
+                    "jupyter_gpu_pause: the server %s (pid %s) on this machine is gone: its "
+                    "claims, place in line and GPU holdings are released now",
+                    label or sid,
+                    pid,
+                )
         for table in ("entries", "holders", "claims"):
             self._q(db, f"DELETE FROM {table} WHERE server_id NOT IN (SELECT id FROM servers)")
 
@@ -226,19 +259,20 @@ class CapacityQueue(LoggingConfigurable):
             (self.server_id, session_id),
         )
 
-    def _claim(self, db, session_id: str) -> str | None:
-        """Claim ``session_id`` for this server; the label of the server that runs it if
-        another live one does (then nothing changes)."""
+    def _claim(self, db, session_id: str) -> ClaimHolder | None:
+        """Claim ``session_id`` for this server; the server that runs it if another live one
+        does (then nothing changes)."""
         self._renew(db)
         self._expire(db)
         row = self._q(
             db,
-            "SELECT c.server_id, s.label FROM claims c LEFT JOIN servers s ON s.id = c.server_id "
-            "WHERE c.session_id = ?",
+            "SELECT c.server_id, s.label, s.lease_until, s.pid_space FROM claims c "
+            "LEFT JOIN servers s ON s.id = c.server_id WHERE c.session_id = ?",
             (session_id,),
         ).fetchone()
         if row is not None and row[0] != self.server_id:
-            return row[1] or row[0]
+            here = row[3] is not None and row[3] == self.me.pid_space
+            return ClaimHolder(row[1] or row[0], row[2] or self.now, here)
         self._insert_claim(db, session_id)
         return None
 
@@ -274,6 +308,7 @@ class CapacityQueue(LoggingConfigurable):
 
     def _set_holders(self, db, holders: list[Holder], live: set[str] | None = None) -> dict:
         self._renew(db)
+        self._expire(db)  # what others run (``elsewhere``) never names a server that is gone
         keep = {h.session_id for h in holders}
         mine = self._q(
             db, "SELECT session_id FROM holders WHERE server_id = ?", (self.server_id,)
@@ -359,7 +394,7 @@ class CapacityQueue(LoggingConfigurable):
         returns the sessions other servers run, {session id: server label}."""
         return await self._in_tx(self._set_holders, holders, live)
 
-    async def claim(self, session_id: str) -> str | None:
+    async def claim(self, session_id: str) -> ClaimHolder | None:
         return await self._in_tx(self._claim, session_id)
 
     async def snapshot(self) -> dict:

@@ -19,6 +19,7 @@ usage again.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
 
@@ -26,7 +27,7 @@ from ...store.format import iso
 from ..errors import GpuPauseError, Unavailable, WrongState
 from ..metrics import CAPACITY_QUEUE_UP
 from .base import CapacityProvider, Grant, Holder, Need, Verdict
-from .queue import CapacityQueue, QueueUnavailable, Turn
+from .queue import CapacityQueue, ClaimHolder, QueueUnavailable, Turn
 
 
 class NeverFits(GpuPauseError):
@@ -34,6 +35,22 @@ class NeverFits(GpuPauseError):
 
     def __init__(self, message: str):
         super().__init__(message, "too-large")
+
+
+def held_elsewhere(other: ClaimHolder) -> str:
+    """Why a resume is refused: where the session runs, and, for a server of another machine
+    (which may be gone without anyone here knowing), when its hold ends unless it answers."""
+    if other.here:  # its process runs on this machine: it is not a lease to wait out
+        return (
+            f"this session runs on {other.label}: it was resumed there. Open it there, or "
+            "pause it there first"
+        )
+    until = time.strftime("%H:%M:%S UTC", time.gmtime(other.lease_until))
+    return (
+        f"this session is held by server {other.label} until {until} unless it answers: it "
+        "was resumed there. Open it there, or pause it there first; if that server is gone, "
+        f"resume again after {until}"
+    )
 
 
 class CapacityUnavailable(Unavailable):
@@ -217,12 +234,8 @@ class Capacity:
         self._up()
         if other is not None:
             self._claiming.discard(session_id)
-            self.elsewhere[session_id] = other
-            raise WrongState(
-                f"this session runs on {other}: it was resumed there. Open it there, or pause "
-                "it there first",
-                "resumed-elsewhere",
-            )
+            self.elsewhere[session_id] = other.label
+            raise WrongState(held_elsewhere(other), "resumed-elsewhere")
         self.elsewhere.pop(session_id, None)
 
     def claimed(self, session_id: str) -> None:
