@@ -280,3 +280,36 @@ c.GpuPauseApp.store_rescan_interval = 1.0
         for srv in (first, second):
             if srv.proc:
                 srv.stop()
+
+
+def test_a_server_killed_mid_pause_resumes_its_session_at_once_after_a_restart(server):
+    # Given a notebook with values, being paused
+    server.start()
+    s = server.open_notebook("nb.ipynb")
+    server.run(s["kernel_id"], STATE)
+    code, body = server.api("POST", f"gpu-pause/api/sessions/{s['id']}/pause")
+    assert code == 202, body
+
+    # When the server is SIGKILLed as soon as the checkpoint's manifest is in the store (before
+    # the kernel is shut down and the session's record says paused)
+    manifests = server.tmp / "store" / "v1" / "sessions" / s["id"]
+    server.wait_until(lambda: list(manifests.glob("*.json")), "the checkpoint's manifest")
+    server.kill()
+
+    # And started again on another port
+    server.start()
+
+    # Then the session is listed paused at that checkpoint
+    (manifest,) = manifests.glob("*.json")
+    again = server.wait_until(
+        lambda: (x := server.sessions().get(s["id"])) and x["state"] == "paused" and x,
+        "the session listed paused",
+    )
+    assert again["checkpoint"]["id"] == manifest.stem, again
+
+    # And the first resume is accepted at once and brings the values back
+    code, body = server.api("POST", f"gpu-pause/api/sessions/{s['id']}/resume")
+    assert code == 202, body
+    back = server.wait_state(s["id"])
+    assert back["state"] in ("active", "idle"), back
+    assert server.run(back["kernel_id"], READBACK).strip() == "45.0 hi"
