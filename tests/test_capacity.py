@@ -251,3 +251,56 @@ async def test_a_kernel_started_by_hand_counts_toward_usage(lab):
     assert cap["usage"]["gpu_bytes"] == 12 * GB
     assert cap["devices"][0]["sessions"] == [s["id"]]
     assert (await lab.session(s["id"]))["gpu_session"] is True
+
+
+async def states_until(lab, sid: str, done) -> list[tuple[str, int | None]]:
+    """Every (state, queue position) a client polling as fast as it can sees, from now until
+    ``done(session)``."""
+    seen: list[tuple[str, int | None]] = []
+
+    async def there():
+        cur = await lab.session(sid)
+        if not seen or seen[-1] != (cur["state"], cur["queue_position"]):
+            seen.append((cur["state"], cur["queue_position"]))
+        return done(cur)
+
+    await wait_for(there, timeout=90, step=0, what="the resume's outcome")
+    return seen
+
+
+@pytest.mark.quota(max_sessions=1)
+@pytest.mark.gp_config(**QUOTA_OF_ONE)
+async def test_a_resume_with_room_never_shows_waiting_and_one_without_says_its_place(
+    lab, store_dir
+):
+    # Given a paused GPU notebook on a machine whose one GPU session is free
+    s = await _paused(lab, store_dir)
+
+    # When it is resumed
+    answer = await resume(lab, s)
+
+    # Then the answer says the resume was asked, not that it waits
+    assert answer["state"] == "restoring" and answer["message"] == "Resume asked", answer
+    assert answer["queue_position"] is None and answer["waiting"] is None
+
+    # And a client polling all along never sees it waiting, nor is a "waiting" event recorded
+    seen = await states_until(lab, s["id"], lambda x: x["state"] in ("active", "idle", "failed"))
+    assert "waiting" not in [state for state, _ in seen], seen
+    assert seen[-1][0] in ("active", "idle"), seen
+    assert await lab.events(s["id"], "waiting") == []
+
+    # When it is paused again, another notebook takes the GPU session, and it is resumed
+    code, body = await lab.api("POST", f"sessions/{s['id']}/pause")
+    assert code == 202, body
+    assert (await lab.wait_state(s["id"]))["state"] == "paused"
+    await lab.open_notebook("other.ipynb")
+    await resume(lab, s)
+
+    # Then it shows waiting only with its place in line, saying why
+    seen = await states_until(lab, s["id"], lambda x: x["state"] == "waiting")
+    assert seen[-1] == ("waiting", 1) and ("waiting", None) not in seen, seen
+    w = await lab.session(s["id"])
+    assert w["waiting"]["reason"] == "quota-sessions", w
+    code, body = await lab.api("POST", f"sessions/{s['id']}/cancel")
+    assert code == 200, body
+    assert (await lab.wait_state(s["id"], ("paused",)))["state"] == "paused"

@@ -334,7 +334,8 @@ class Lifecycle:
         device: str | None = None,
         into_kernel: str | None = None,
     ) -> Session:
-        """Start (or join) a resume; returns at once with the session ``waiting``.
+        """Start (or join) a resume; returns at once with the session ``restoring``, "Resume
+        asked": it shows ``waiting`` only once the capacity provider said there is no room.
 
         Joining a resume that waits in line with ``device="cpu"`` takes it onto the CPU now.
         """
@@ -382,7 +383,8 @@ class Lifecycle:
                 )
             # one server at a time: 409 resumed-elsewhere, 503 when the queue cannot tell
             await self.capacity.claim(s.id)
-            s.state, s.error, s.message = "waiting", None, "Waiting for capacity"
+            s.state, s.error, s.message = "restoring", None, "Resume asked"
+            s.progress = {"phase": "asked", "done_bytes": 0, "total_bytes": None}
             self.capacity.claimed(s.id)
             await self.table.persist(s)
             op = Op("resume", s, kernel_id=into_kernel)

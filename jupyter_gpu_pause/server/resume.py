@@ -263,18 +263,22 @@ class Resume:
             ) from e
 
     async def _wait_in_line(self, need, mode: str, reason: str | None = None) -> Grant:
-        """Wait in the node's line until granted, the user takes the CPU, or time runs out."""
+        """Wait in the node's line until granted, the user takes the CPU, or time runs out.
+
+        The session says ``waiting`` only once the line has said "not yet" (``on_wait``): a
+        resume granted at its first look goes from "Resume asked" straight to restoring."""
         s, lc = self.s, self.lc
-        s.state = "waiting"
-        s.waiting = {
-            "since": iso(self.asked),
-            "reason": reason or "queue",
-            "needs_bytes": need.total,
-            "device": mode,
-        }
         announced = [True] if reason else []  # back in line: _back_in_line announced it
 
         async def on_wait(turn) -> None:
+            if s.waiting is None:  # the first "not yet": waiting from now on
+                s.state, s.progress = "waiting", None
+                s.waiting = {
+                    "since": iso(self.asked),
+                    "reason": reason or "queue",
+                    "needs_bytes": need.total,
+                    "device": mode,
+                }
             if not turn.position:  # the queue cannot be reached: the place is kept meanwhile
                 s.waiting = {**s.waiting, "reason": turn.verdict.reason}
                 s.message = (
