@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+from jupyter_gpu_pause.store import new_checkpoint_id
 from tests.test_faults import READBACK, READBACK_OK, STATE, manifests
 from tests.waiting import wait_for
 
@@ -168,3 +169,25 @@ async def test_progress_is_reported_while_pausing(lab):
     assert any(p["done_bytes"] > 0 for p in seen)
     assert [p["done_bytes"] for p in seen] == sorted(p["done_bytes"] for p in seen)
     assert cur["progress"] is None
+
+
+async def test_a_pause_says_its_total_before_writing_the_first_byte(lab, store_dir):
+    # Given a kernel holding ~100 MB of tensors
+    s = await lab.open_notebook()
+    await lab.run(s["kernel_id"], STATE + "\nbig = [torch.randn(1_000_000) for _ in range(25)]")
+
+    # When its agent captures the state as a pause asks it to
+    bridge = lab.app.web_app.settings["gpu_pause"].bridge
+    seen: list[dict] = []
+    await bridge.run_agent(
+        s["kernel_id"],
+        "capture",
+        {"store_url": str(store_dir), "checkpoint_id": new_checkpoint_id(), "capture": "namespace"},
+        seen.append,
+    )
+
+    # Then its first progress, before any writing, carries the checkpoint's total size
+    first, writing = seen[0], [p for p in seen if p["phase"] == "writing"]
+    assert first["phase"] == "capturing" and first["done_bytes"] == 0, seen[:3]
+    assert first["total_bytes"] >= 100_000_000
+    assert writing and {p["total_bytes"] for p in writing} == {first["total_bytes"]}

@@ -49,17 +49,19 @@ def _publish(mime: str, data: dict) -> None:
 
 
 class _Progress:
-    """Publishes progress at most four times a second (and always the last update); ``first``
+    """Publishes progress at most four times a second, and always a new phase's first update
+    and the last one (the server's phase clock starts and ends phases on them); ``first``
     goes with the first update only."""
 
     def __init__(self, first: dict | None = None):
         self._last = 0.0
+        self._phase = None
         self._first = first or {}
 
     def __call__(self, phase: str, done: int, total: int) -> None:
         now = time.monotonic()
-        if now - self._last >= 0.25 or done >= total:
-            self._last = now
+        if now - self._last >= 0.25 or done >= total or phase != self._phase:
+            self._last, self._phase = now, phase
             body = {"phase": phase, "done_bytes": done, "total_bytes": total, **self._first}
             self._first = {}
             _publish(MIME_PROGRESS, body)
@@ -150,13 +152,16 @@ def capture(params: dict) -> None:
                 "bytes set by the administrator (max_checkpoint_bytes)",
                 "too-large",
             )
+        # the size is known before the first byte is written (GPU staging, hashing): say it
+        progress = _Progress({"packages": plan.packages})
+        progress("capturing", 0, plan.total_bytes)
         store = _store(params)
         cid = params["checkpoint_id"]
         result = write_plan(
             plan,
             store,
             # the server starts a warm kernel importing these while this pause writes
-            progress=_Progress({"packages": plan.packages}),
+            progress=progress,
             verify=params.get("verify", True),
             # GC must not delete a blob this capture decides to reuse (store/lease.py)
             before_reuse=lambda hashes: declare_intent(store, cid, hashes),
