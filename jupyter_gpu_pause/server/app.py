@@ -271,11 +271,13 @@ class GpuPauseApp(ExtensionApp):
     webhook_urls = List(
         Unicode(),
         default_value=[],
-        help="URLs (http or https) each lifecycle event is POSTed to as JSON, from a "
-        "background queue that never delays a pause or resume; retried with exponential "
-        "backoff and jitter; a receiver answering 410 Gone is not sent to again until the "
-        "server restarts. Timeouts, attempts and queue size: c.WebhookSender.*. See "
-        "docs/webhooks.md. Default: [].",
+        help="URLs (http or https) each lifecycle event is POSTed to as JSON, in the background "
+        "(never delaying a pause or resume), from an outbox in the records database "
+        "(db_path): an event not delivered when the server stops is sent after its next "
+        "start, under the same webhook-id. Retried with exponential backoff and jitter; a "
+        "receiver answering 410 Gone is not sent to again until the server restarts. "
+        "Timeouts, attempts and outbox size: c.WebhookSender.*. See docs/webhooks.md. "
+        "Default: [].",
     ).tag(config=True)
 
     webhook_secret = Unicode(
@@ -401,7 +403,7 @@ class GpuPauseApp(ExtensionApp):
     _store = None
     _policies = None
     _retention = None
-    webhooks = None  # WebhookSender, when webhook_urls is set
+    webhooks = None  # WebhookSender, with the records
     _hub = None  # hub.HubServer, when stop_server_when_paused is set
     hub_stop = None  # hub.StopWhenPaused, its listener
 
@@ -559,15 +561,16 @@ class GpuPauseApp(ExtensionApp):
         attach_metrics(self.lifecycle.table, self.monitor.ledger)
         # jupyter_events bus and signed webhooks (docs/webhooks.md); webhooks stop last
         self.lifecycle.table.listeners.append(EventBus(server.event_logger, self.log))
-        if self.webhook_urls:
-            self.webhooks = WebhookSender(
-                self.webhook_urls,
-                self.webhook_secret,
-                user=server_user(),
-                server=server.connection_url,
-                parent=self,
-            )
-            self.lifecycle.table.listeners.append(self.webhooks)
+        # (built with no URL too: its start drops what the outbox holds for removed URLs)
+        self.webhooks = WebhookSender(
+            self.webhook_urls,
+            self.webhook_secret,
+            user=server_user(),
+            server=server.connection_url,
+            records=self.records,
+            parent=self,
+        )
+        self.lifecycle.table.outbox = self.webhooks  # events and their deliveries, together
         if self._hub is not None:  # under JupyterHub: stop this server once all is paused
             self.hub_stop = StopWhenPaused(self.lifecycle, self._hub, self.log)
             self.lifecycle.table.listeners.append(self.hub_stop)
@@ -601,6 +604,7 @@ class GpuPauseApp(ExtensionApp):
                 exc_info=True,
             )
             return
+        self.webhooks.start()  # first what the outbox kept (a previous run's events), then new
         self.monitor.start()
         self.maintenance.start()
         if self.hub_stop is not None:

@@ -31,7 +31,7 @@ PREFIX = "jupyter_gpu_pause_"
 REASONS = ("user", "policy", "shutdown", "preemption", "other")
 RESULTS = ("ok", "failed", "cancelled")
 STORE_OPERATIONS = ("pause", "resume", "retention", "gc", "intents")
-WEBHOOK_RESULTS = ("ok", "failed", "gone")
+WEBHOOK_RESULTS = ("ok", "failed", "gone", "dropped")
 # Pauses and resumes take from under a second (a small notebook) to many minutes (tens of GiB
 # to a remote store); a wait in line for a GPU, up to hours.
 OPERATION_BUCKETS = (0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, math.inf)
@@ -133,7 +133,8 @@ WEBHOOK_DELIVERIES = _once(
     Counter,
     "webhook_deliveries",
     "Webhook deliveries, by result (ok; failed: given up after the retries; gone: the "
-    "receiver answered 410 and is not sent to again).",
+    "receiver answered 410 and is not sent to again; dropped: removed unsent, its URL's "
+    "outbox full, gone or no longer configured). One result per event and URL.",
     ("result",),
 )
 
@@ -194,7 +195,8 @@ SESSION_STATES = _states_collector()
 
 # -- what no event reports -----------------------------------------------------------------------
 def webhook_delivery(result: str) -> None:
-    """Count one webhook delivery: ``ok``, ``failed`` (retries exhausted) or ``gone`` (410)."""
+    """Count one webhook delivery: ``ok``, ``failed`` (retries exhausted), ``gone`` (410) or
+    ``dropped`` (removed unsent)."""
     if result not in WEBHOOK_RESULTS:
         raise ValueError(
             f"webhook delivery result must be one of {', '.join(WEBHOOK_RESULTS)}, not {result!r}"

@@ -1,4 +1,5 @@
-"""SQLite records: sessions, events and GPU-hour accounting, so they outlive a server restart.
+"""SQLite records: sessions, events, GPU-hour accounting and the webhook outbox, so they
+outlive a server restart.
 
 All access goes through one worker thread (SQLite connections are single-threaded and disk
 writes must not block the event loop). Migrations are additive and numbered by user_version.
@@ -11,7 +12,9 @@ import json
 import os
 import sqlite3
 import time
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 from ..store.format import iso, utcnow
 from ..store.private import private_file
@@ -34,6 +37,18 @@ MIGRATIONS = [
                              held REAL NOT NULL DEFAULT 0, idle REAL NOT NULL DEFAULT 0,
                              reclaimed REAL NOT NULL DEFAULT 0,
                              PRIMARY KEY (hour, session_id));
+    """,
+    # The webhook outbox (webhooks.py): one row per event and URL until a 2xx, a give-up or a
+    # drop. target: sha256 of the URL (the URL may hold a token), label: the URL as logs show
+    # it, body: the exact bytes every attempt sends. Times are Unix seconds.
+    """
+    CREATE TABLE webhook_outbox (seq INTEGER PRIMARY KEY AUTOINCREMENT,
+                                 target TEXT NOT NULL, label TEXT NOT NULL,
+                                 webhook_id TEXT NOT NULL, session_id TEXT, type TEXT NOT NULL,
+                                 body BLOB NOT NULL, attempts INTEGER NOT NULL DEFAULT 0,
+                                 next_attempt REAL NOT NULL, created REAL NOT NULL,
+                                 UNIQUE (target, webhook_id));
+    CREATE INDEX webhook_outbox_target ON webhook_outbox(target, seq);
     """,
 ]
 
@@ -84,6 +99,28 @@ def new_event(session_id: str, type_: str, reason: str, detail: dict | None = No
         "reason": reason,
         "detail": detail or {},
     }
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One row of the webhook outbox: an event's bytes, due at one URL."""
+
+    target: str  # sha256 hex of the URL
+    label: str  # the URL without user info, query or fragment
+    webhook_id: str
+    session_id: str | None
+    type: str
+    body: bytes
+    created: float  # Unix seconds
+    next_attempt: float  # Unix seconds; not sent before
+    attempts: int = 0  # made so far
+    seq: int = 0  # the outbox's order (0 until written)
+
+
+_OUTBOX_FIELDS = (
+    "target, label, webhook_id, session_id, type, body, created, next_attempt, attempts"
+)
+_OUTBOX_COLUMNS = _OUTBOX_FIELDS + ", seq"
 
 
 class Records:
@@ -139,23 +176,37 @@ class Records:
         await self._run(self._delete, session_id)
 
     # -- events --------------------------------------------------------------------------
-    def _add_event(self, event: dict) -> None:
+    def _add_event(self, event: dict, outbox: Sequence[Delivery], bound: int) -> list[Delivery]:
         db = self._connect()
-        db.execute(
-            "INSERT INTO events (time, session_id, type, reason, detail) VALUES (?, ?, ?, ?, ?)",
-            (
-                event["time"],
-                event["session_id"],
-                event["type"],
-                event["reason"],
-                json.dumps(event["detail"]),
-            ),
-        )
-        db.commit()
+        with db:  # one transaction: the event and its deliveries, or neither
+            db.execute(
+                "INSERT INTO events (time, session_id, type, reason, detail) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (
+                    event["time"],
+                    event["session_id"],
+                    event["type"],
+                    event["reason"],
+                    json.dumps(event["detail"]),
+                ),
+            )
+            db.executemany(
+                f"INSERT INTO webhook_outbox ({_OUTBOX_FIELDS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (d.target, d.label, d.webhook_id, d.session_id, d.type, d.body, d.created)
+                    + (d.next_attempt, d.attempts)
+                    for d in outbox
+                ],
+            )
+            return self._trim(db, {d.target for d in outbox}, bound) if bound else []
 
-    async def add_event(self, event: dict) -> None:
-        """Store an event made by ``new_event``."""
-        await self._run(self._add_event, event)
+    async def add_event(
+        self, event: dict, outbox: Sequence[Delivery] = (), bound: int = 0
+    ) -> list[Delivery]:
+        """Store an event made by ``new_event``, and in the same transaction its webhook
+        deliveries; with ``bound``, each of their URLs keeps its newest ``bound`` rows and the
+        older ones are dropped: returned, oldest first."""
+        return await self._run(self._add_event, event, outbox, bound)
 
     def _events(self, since, session_id, limit) -> list[dict]:
         q, args = "SELECT time, session_id, type, reason, detail FROM events WHERE 1=1", []
@@ -233,6 +284,97 @@ class Records:
     async def accounting(self, since_hour: str) -> dict:
         """Seconds per session ``(id, path, held, idle, reclaimed)`` and per UTC day."""
         return await self._run(self._accounting, since_hour)
+
+    # -- webhook outbox ------------------------------------------------------------------
+    # One server per db_path delivers: two servers sharing a database (one data dir) would each
+    # send the other's rows too (receivers drop the duplicates by webhook-id); nothing here
+    # locks rows across processes.
+    def _trim(self, db: sqlite3.Connection, targets: Iterable[str], bound: int) -> list[Delivery]:
+        dropped: list[Delivery] = []
+        for target in targets:
+            rows = db.execute(
+                f"SELECT {_OUTBOX_COLUMNS} FROM webhook_outbox WHERE target = ? "
+                "ORDER BY seq DESC LIMIT -1 OFFSET ?",
+                (target, bound),
+            ).fetchall()
+            db.executemany("DELETE FROM webhook_outbox WHERE seq = ?", [(r[-1],) for r in rows])
+            dropped += [Delivery(*r) for r in reversed(rows)]
+        return dropped
+
+    def _outbox_head(self, target: str) -> Delivery | None:
+        row = (
+            self._connect()
+            .execute(
+                f"SELECT {_OUTBOX_COLUMNS} FROM webhook_outbox WHERE target = ? "
+                "ORDER BY seq LIMIT 1",
+                (target,),
+            )
+            .fetchone()
+        )
+        return Delivery(*row) if row else None
+
+    async def outbox_head(self, target: str) -> Delivery | None:
+        """The oldest delivery due at the URL ``target`` names, sent or not."""
+        return await self._run(self._outbox_head, target)
+
+    def _outbox_update(self, seq: int, attempts: int | None, next_attempt: float) -> None:
+        db = self._connect()
+        with db:
+            if attempts is None:
+                db.execute("DELETE FROM webhook_outbox WHERE seq = ?", (seq,))
+            else:
+                db.execute(
+                    "UPDATE webhook_outbox SET attempts = ?, next_attempt = ? WHERE seq = ?",
+                    (attempts, next_attempt, seq),
+                )
+
+    async def outbox_done(self, seq: int) -> None:
+        """Remove a delivery: delivered, or given up."""
+        await self._run(self._outbox_update, seq, None, 0.0)
+
+    async def outbox_retry(self, seq: int, attempts: int, next_attempt: float) -> None:
+        """Keep a failed delivery's attempts and when to try again, across restarts."""
+        await self._run(self._outbox_update, seq, attempts, next_attempt)
+
+    def _outbox_clear(self, target: str) -> int:
+        db = self._connect()
+        with db:
+            return db.execute("DELETE FROM webhook_outbox WHERE target = ?", (target,)).rowcount
+
+    async def outbox_clear(self, target: str) -> int:
+        """Drop every delivery due at one URL; how many there were."""
+        return await self._run(self._outbox_clear, target)
+
+    def _outbox_prune(self, targets: Sequence[str], bound: int) -> tuple[dict, list[Delivery]]:
+        db = self._connect()
+        with db:
+            marks = ", ".join("?" * len(targets))
+            stale: dict[str, int] = {}
+            for label, n in db.execute(
+                "SELECT label, COUNT(*) FROM webhook_outbox "
+                f"WHERE target NOT IN ({marks}) GROUP BY target",
+                tuple(targets),
+            ):
+                stale[label] = stale.get(label, 0) + n
+            db.execute(f"DELETE FROM webhook_outbox WHERE target NOT IN ({marks})", tuple(targets))
+            return stale, self._trim(db, targets, bound)
+
+    async def outbox_prune(self, targets: Sequence[str], bound: int) -> tuple[dict, list[Delivery]]:
+        """At start: drop the deliveries due at URLs not in ``targets`` (returned as counts by
+        URL label), and those beyond the newest ``bound`` of each URL (returned)."""
+        return await self._run(self._outbox_prune, targets, bound)
+
+    def _outbox_counts(self) -> dict[str, int]:
+        rows = (
+            self._connect()
+            .execute("SELECT target, COUNT(*) FROM webhook_outbox GROUP BY target")
+            .fetchall()
+        )
+        return dict(rows)
+
+    async def outbox_counts(self) -> dict[str, int]:
+        """Deliveries waiting, by URL (``target``)."""
+        return await self._run(self._outbox_counts)
 
     def close(self) -> None:
         if self._db is not None:

@@ -74,6 +74,9 @@ class SessionTable:
         # Called with (event, session) after each event is recorded; synchronous and quick
         # (they queue work of their own), so an operation never waits for them.
         self.listeners: list[Callable[[dict, Session], None]] = []
+        # The webhook sender, when webhooks are set: it records each event together with its
+        # deliveries (the records' outbox), in one transaction, so none is lost to a restart.
+        self.outbox = None
         self.sessions: dict[str, Session] = {}
         self._refreshing = asyncio.Lock()
 
@@ -156,15 +159,19 @@ class SessionTable:
         self.on_change()
 
     async def record_event(self, s: Session, type_: str, reason: str, /, **detail) -> None:
-        """Add an event to the records, then hand it to every listener (the event bus,
-        webhooks, metrics). Never raises: an outcome is not undone because it could not be
-        logged, and a failing listener neither stops the others nor the operation."""
+        """Add an event to the records (with its webhook deliveries), then hand it to every
+        listener (the event bus, metrics). Never raises: an outcome is not undone because it
+        could not be logged, and a failing listener neither stops the others nor the
+        operation."""
         self.log.info("gpu-pause %s %s (%s): %s", type_, s.path, reason, detail.get("message", ""))
         event = new_event(s.id, type_, reason, detail)
         try:
             if last_operation(event, s):
                 await self.persist(s)
-            await self.records.add_event(event)
+            if self.outbox is not None:
+                await self.outbox.record(event, s)
+            else:
+                await self.records.add_event(event)
         except Exception:
             self.log.exception("jupyter_gpu_pause: could not record the %s event", type_)
         for listener in self.listeners:

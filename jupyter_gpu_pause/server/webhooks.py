@@ -1,12 +1,17 @@
-"""Lifecycle events POSTed to the admin's webhooks, signed the Standard Webhooks way.
+"""Lifecycle events POSTed to the admin's webhooks, signed the Standard Webhooks way, and
+delivered at least once across server restarts.
 
-The listener only serialises the event and appends it to one in-memory queue per URL; a task
-per URL delivers that queue in order, in the background. So a receiver that is down, slow or
-failing never delays a pause or a resume: at worst its queue fills and the oldest events are
-dropped (with a log line). Each POST carries ``webhook-id`` (one per event, the same on every
-retry, so a receiver can drop duplicates), ``webhook-timestamp`` (the attempt's time) and,
-with a secret, ``webhook-signature: v1,<base64 HMAC-SHA256 of "id.timestamp.body">``.
-See docs/webhooks.md.
+Each event is serialised once and written to an outbox in the records database, one row per
+URL (webhook-id, the exact body, attempts made, when to try next), in the very transaction
+that records the event: an event the records hold is one the webhooks will send, even after a
+SIGTERM. A task per URL sends that URL's rows oldest first, in the background, and removes a
+row only after a 2xx answer, once the retry schedule is spent (logged, counted ``failed``), or
+when the URL's outbox is full (the oldest goes, logged, counted ``dropped``). So a receiver
+that is down, slow or failing never delays a pause or a resume, and a restart goes on with the
+schedule where it was. Each POST carries ``webhook-id`` (one per event, the same on every
+attempt and after a restart, so a receiver can drop duplicates), ``webhook-timestamp`` (the
+attempt's time) and, with a secret, ``webhook-signature: v1,<base64 HMAC-SHA256 of
+"id.timestamp.body">``. See docs/webhooks.md.
 """
 
 from __future__ import annotations
@@ -20,7 +25,6 @@ import json
 import random
 import time
 import uuid
-from collections import deque
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -32,8 +36,10 @@ from .. import __version__
 from .bus import lifecycle_payload
 from .metrics import webhook_delivery
 from .model import Session
+from .records import Delivery, Records
 
 MAX_BACKOFF = 300.0  # seconds: the longest wait between two attempts, whatever backoff_seconds
+OUTBOX_RETRY = 5.0  # seconds: a URL's worker waits this long after the records failed it
 
 
 def signing_key(secret: str) -> bytes:
@@ -63,34 +69,35 @@ def url_label(url: str) -> str:
     return f"{parts.scheme}://{parts.hostname}{f':{parts.port}' if parts.port else ''}{parts.path}"
 
 
-@dataclass
-class Message:
-    """One event, serialised once: every attempt sends these very bytes."""
-
-    id: str
-    type: str
-    body: bytes
+def target_key(url: str) -> str:
+    """The outbox's name for a URL: its SHA-256, so a token in the URL is not kept on disk."""
+    return hashlib.sha256(url.encode()).hexdigest()
 
 
 @dataclass
 class Target:
-    """One webhook URL, its queue, its worker and what happened to its deliveries."""
+    """One webhook URL, its worker and what happened to its deliveries."""
 
     url: str
-    queue: deque = field(default_factory=deque)
+    key: str = ""
+    label: str = ""
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     worker: asyncio.Task | None = None
-    sending: Message | None = None
+    sending: Delivery | None = None
     gone: bool = False
     counts: dict = field(
         default_factory=lambda: {"ok": 0, "failed": 0, "gone": 0, "dropped": 0, "retries": 0}
     )
 
+    def __post_init__(self):
+        self.key, self.label = target_key(self.url), url_label(self.url)
+
 
 class WebhookSender(LoggingConfigurable):
-    """A ``SessionTable`` listener that delivers each event to every webhook URL; each
-    event's outcome per URL (ok, failed, gone) is counted in ``status()`` and the
-    ``jupyter_gpu_pause_webhook_deliveries_total`` metric."""
+    """Delivers each event to every webhook URL through the records' outbox: the session
+    table writes events through ``record``. Each event's outcome per URL (ok, failed, gone,
+    dropped) is counted in ``status()`` and the ``jupyter_gpu_pause_webhook_deliveries_total``
+    metric."""
 
     timeout_seconds = Float(
         10.0,
@@ -100,27 +107,33 @@ class WebhookSender(LoggingConfigurable):
 
     max_attempts = Int(
         5,
-        help="Attempts per event and URL (the first and its retries) before the event is "
-        "given up for that URL, logged and counted as failed. Default: 5. Must be >= 1.",
+        help="Attempts per event and URL (the first and its retries, counted across server "
+        "restarts) before the event is given up for that URL, logged and counted as failed. "
+        "Default: 5. Must be >= 1.",
     ).tag(config=True)
 
     backoff_seconds = Float(
         1.0,
         help="Wait before the first retry; it doubles with each retry (at most 300 s), each "
         "wait drawn at random between half and all of it (jitter), so many servers do not "
-        "retry in step. Default: 1 (retries after ~1, 2, 4, 8 s). Must be > 0.",
+        "retry in step. The time of the next attempt is kept across restarts. Default: 1 "
+        "(retries after ~1, 2, 4, 8 s). Must be > 0.",
     ).tag(config=True)
 
     queue_size = Int(
         1000,
-        help="Events held per URL while its receiver is slow or down; when full, the oldest "
-        "is dropped, with a log line. Default: 1000. Must be >= 1.",
+        help="Events held per URL in the outbox (in the records database, db_path) while its "
+        "receiver is slow or down, across restarts; when full, the oldest is dropped, with a "
+        "log line, and counted as dropped. It bounds the disk a receiver down for days can "
+        "take: about 1 KB an event. Default: 1000. Must be >= 1.",
     ).tag(config=True)
 
     flush_seconds = Float(
         5.0,
-        help="At server stop, how long the events still queued may take to go out before the "
-        "rest are abandoned (logged). Default: 5. 0 abandons them at once.",
+        help="At server stop, how long the deliveries that are due may take to go out before "
+        "the server stops sending; the rest stay in the outbox and are sent after the next "
+        "start (an attempt cut short may then arrive twice, under one webhook-id). Default: "
+        "5. 0 stops sending at once.",
     ).tag(config=True)
 
     @validate("timeout_seconds", "backoff_seconds")
@@ -147,133 +160,209 @@ class WebhookSender(LoggingConfigurable):
         secret: str | None,
         user: str,
         server: str,
+        records: Records | None = None,
         **kwargs,
     ):
         super().__init__(**kwargs)
         self.key = signing_key(secret) if secret else None
         self.user, self.server = user, server
-        self.targets = [Target(url) for url in urls]
+        self.records = records
+        self.targets = [Target(url) for url in dict.fromkeys(urls)]  # a URL listed twice: once
+        self._by_key = {t.key: t for t in self.targets}
         self._client: AsyncHTTPClient | None = None
+        self._starting: asyncio.Task | None = None
         self._closing = False
 
-    # -- the listener: quick, never raises, never waits ------------------------------------
-    def __call__(self, event: dict, s: Session) -> None:
+    # -- recording: the event and its deliveries, in one transaction ---------------------------
+    async def record(self, event: dict, s: Session) -> None:
+        """Write ``event`` to the records with one outbox row per URL, in one transaction, then
+        wake the URLs' workers. Takes what recording the event alone takes (one SQLite write,
+        off the event loop): no receiver is waited for. Raises what the records raise."""
+        try:
+            rows = self._deliveries(event, s)
+        except Exception:  # a bug here costs the webhooks this event, never the records
+            self.log.exception("jupyter_gpu_pause: no webhook for the %s event", event["type"])
+            rows = []
+        for d in await self.records.add_event(event, rows, self.queue_size):
+            self._dropped(d, "the outbox is full")
         if self._closing:
-            self.log.warning(
-                "jupyter_gpu_pause: the %s event came after the webhooks stopped; not sent",
-                event.get("type"),
-            )
+            if rows:
+                self.log.info(
+                    "jupyter_gpu_pause: the %s event came after the webhooks stopped: it waits "
+                    "in the outbox and is sent after the next start",
+                    event["type"],
+                )
             return
-        body = {**lifecycle_payload(event, s), "user": self.user, "server": self.server}
-        msg = Message(
-            id=f"msg_{uuid.uuid4().hex}",
-            type=body["type"],
-            body=json.dumps(body, separators=(",", ":")).encode(),
-        )
         for t in self.targets:
-            if not t.gone:
-                self._enqueue(t, msg)
+            t.wake.set()
 
-    def _enqueue(self, t: Target, msg: Message) -> None:
-        if len(t.queue) >= self.queue_size:
-            old = t.queue.popleft()
+    def _deliveries(self, event: dict, s: Session) -> list[Delivery]:
+        """The event serialised once, due at every URL that is not gone: every attempt, and
+        every restart, sends these bytes under this webhook-id."""
+        body = {**lifecycle_payload(event, s), "user": self.user, "server": self.server}
+        data = json.dumps(body, separators=(",", ":")).encode()
+        msg_id, now = f"msg_{uuid.uuid4().hex}", time.time()
+        return [
+            Delivery(t.key, t.label, msg_id, event["session_id"], body["type"], data, now, now)
+            for t in self.targets
+            if not t.gone
+        ]
+
+    def _dropped(self, d: Delivery, why: str) -> None:
+        t = self._by_key.get(d.target)
+        if t is not None:
             t.counts["dropped"] += 1
-            self.log.warning(
-                "jupyter_gpu_pause: webhook %s is %d events behind; dropped the oldest (%s %s)",
-                url_label(t.url),
-                len(t.queue) + 1,
-                old.type,
-                old.id,
+        self._count("dropped")
+        self.log.warning(
+            "jupyter_gpu_pause: webhook %s: dropped the %s event %s unsent (%s)",
+            d.label,
+            d.type,
+            d.webhook_id,
+            why,
+        )
+
+    def _count(self, result: str) -> None:
+        try:
+            webhook_delivery(result)
+        except Exception:
+            self.log.exception("jupyter_gpu_pause: could not count a webhook delivery")
+
+    # -- start: what the outbox holds, then each new event -----------------------------------
+    def start(self) -> None:
+        """Start a worker per URL, once the outbox is pruned: rows due at URLs no longer
+        configured are dropped, and each URL keeps its newest ``queue_size``. A previous run's
+        events go out first, with their attempts and schedule."""
+        if self._starting is None:
+            self._starting = asyncio.get_running_loop().create_task(self._start())
+
+    async def _start(self) -> None:
+        try:
+            stale, over = await self.records.outbox_prune(
+                [t.key for t in self.targets], self.queue_size
             )
-        t.queue.append(msg)
-        t.wake.set()
-        if t.worker is None or t.worker.done():
+        except Exception:
+            self.log.exception("jupyter_gpu_pause: could not read the webhook outbox")
+        else:
+            for label, n in stale.items():
+                self.log.warning(
+                    "jupyter_gpu_pause: dropped %d undelivered events for the webhook %s, "
+                    "which is no longer in GpuPauseApp.webhook_urls",
+                    n,
+                    label,
+                )
+                for _ in range(n):
+                    self._count("dropped")
+            for d in over:
+                self._dropped(d, f"over queue_size = {self.queue_size}")
+        for t in self.targets:
             t.worker = asyncio.get_running_loop().create_task(self._work(t))
 
     # -- delivery, one task per URL -----------------------------------------------------------
     async def _work(self, t: Target) -> None:
-        """Send the queue in order until it is empty at stop, or the receiver is gone."""
-        while True:
-            if not t.queue:
+        """Send the URL's outbox oldest first, each row when it is due, until nothing is due
+        at stop or the receiver is gone. Later rows wait behind a retried one: in order."""
+        while not t.gone:
+            t.wake.clear()  # before the read: an event written after it sets it again
+            try:
+                d = await self.records.outbox_head(t.key)
+            except Exception:
+                self.log.exception("jupyter_gpu_pause: could not read the webhook outbox")
                 if self._closing:
                     return
-                t.wake.clear()
-                await t.wake.wait()
+                await self._nap(t, OUTBOX_RETRY)
                 continue
-            t.sending = t.queue.popleft()
+            wait = None if d is None else d.next_attempt - time.time()
+            if wait is None or wait > 0:
+                if self._closing:
+                    return  # nothing due before the stop: the rest waits for the next start
+                await self._nap(t, wait)
+                continue
+            t.sending = d
             try:
-                result = await self._deliver(t, t.sending)
-            except Exception:  # a bug here must not silence the webhook for good
-                self.log.exception("jupyter_gpu_pause: webhook %s", url_label(t.url))
-                result = "failed"
-            t.sending = None
-            t.counts[result] += 1
-            try:
-                webhook_delivery(result)
-            except Exception:
-                self.log.exception("jupyter_gpu_pause: could not count a webhook delivery")
-            if result == "gone":
-                t.gone = True
-                self.log.warning(
-                    "jupyter_gpu_pause: webhook %s answered 410 Gone: nothing more is sent to "
-                    "it until the server restarts (%d queued events dropped)",
-                    url_label(t.url),
-                    len(t.queue),
-                )
-                t.counts["dropped"] += len(t.queue)
-                t.queue.clear()
-                return
+                await self._attempt(t, d)
+            except Exception:  # a bug, or the records failing, must not silence the webhook
+                self.log.exception("jupyter_gpu_pause: webhook %s", t.label)
+                if self._closing:
+                    return
+                await self._nap(t, OUTBOX_RETRY)
+            finally:
+                t.sending = None
 
-    async def _deliver(self, t: Target, msg: Message) -> str:
-        why = ""
-        for attempt in range(1, self.max_attempts + 1):
-            if attempt > 1:
-                t.counts["retries"] += 1
-                await asyncio.sleep(self._backoff(attempt - 1))
-            code, why = await self._post(t.url, msg)
-            if 200 <= code < 300:
-                return "ok"
-            if code == 410:
-                return "gone"
-            self.log.debug(
-                "jupyter_gpu_pause: webhook %s, %s %s, attempt %d: %s",
-                url_label(t.url),
-                msg.type,
-                msg.id,
-                attempt,
+    async def _nap(self, t: Target, seconds: float | None) -> None:
+        """Wait ``seconds`` (None: no limit), or less when an event or the stop wakes ``t``."""
+        try:
+            await asyncio.wait_for(t.wake.wait(), seconds)
+        except asyncio.TimeoutError:
+            pass
+
+    async def _attempt(self, t: Target, d: Delivery) -> None:
+        """One attempt, and what it leaves in the outbox: nothing after a 2xx, a 410 or the
+        last attempt; else the row with one more attempt and the time of the next."""
+        code, why = await self._post(t.url, d)
+        if 200 <= code < 300:
+            await self.records.outbox_done(d.seq)
+            t.counts["ok"] += 1
+            self._count("ok")
+        elif code == 410:
+            t.gone = True
+            unsent = await self.records.outbox_clear(t.key) - 1
+            t.counts["gone"] += 1
+            self._count("gone")
+            t.counts["dropped"] += max(unsent, 0)
+            for _ in range(unsent):
+                self._count("dropped")
+            self.log.warning(
+                "jupyter_gpu_pause: webhook %s answered 410 Gone: nothing more is sent to "
+                "it until the server restarts (%d waiting events dropped)",
+                t.label,
+                max(unsent, 0),
+            )
+        elif d.attempts + 1 >= self.max_attempts:
+            await self.records.outbox_done(d.seq)
+            t.counts["failed"] += 1
+            self._count("failed")
+            self.log.warning(
+                "jupyter_gpu_pause: webhook %s: the %s event %s was not delivered after %d "
+                "attempts (last: %s); given up",
+                t.label,
+                d.type,
+                d.webhook_id,
+                d.attempts + 1,
                 why,
             )
-        self.log.warning(
-            "jupyter_gpu_pause: webhook %s: the %s event %s was not delivered after %d "
-            "attempts (last: %s)",
-            url_label(t.url),
-            msg.type,
-            msg.id,
-            self.max_attempts,
-            why,
-        )
-        return "failed"
+        else:
+            retry_at = time.time() + self._backoff(d.attempts + 1)
+            await self.records.outbox_retry(d.seq, d.attempts + 1, retry_at)
+            t.counts["retries"] += 1
+            self.log.debug(
+                "jupyter_gpu_pause: webhook %s, %s %s, attempt %d: %s",
+                t.label,
+                d.type,
+                d.webhook_id,
+                d.attempts + 1,
+                why,
+            )
 
     def _backoff(self, retry: int) -> float:
         full = min(MAX_BACKOFF, self.backoff_seconds * 2 ** (retry - 1))
         return random.uniform(full / 2, full)
 
-    async def _post(self, url: str, msg: Message) -> tuple[int, str]:
+    async def _post(self, url: str, d: Delivery) -> tuple[int, str]:
         """One attempt: the status code (0 when there is none) and what went wrong."""
         timestamp = int(time.time())
         headers = {
             "Content-Type": "application/json",
             "User-Agent": f"jupyter-gpu-pause/{__version__}",
-            "webhook-id": msg.id,
+            "webhook-id": d.webhook_id,
             "webhook-timestamp": str(timestamp),
         }
         if self.key is not None:
-            headers["webhook-signature"] = sign(self.key, msg.id, timestamp, msg.body)
+            headers["webhook-signature"] = sign(self.key, d.webhook_id, timestamp, d.body)
         request = HTTPRequest(
             url,
             method="POST",
             headers=headers,
-            body=msg.body,
+            body=d.body,
             connect_timeout=self.timeout_seconds,
             request_timeout=self.timeout_seconds,
             follow_redirects=False,
@@ -288,10 +377,14 @@ class WebhookSender(LoggingConfigurable):
 
     # -- stop and status ------------------------------------------------------------------------
     async def stop(self) -> None:
-        """Give the queued events ``flush_seconds`` to go out, then abandon the rest."""
+        """Give the due deliveries ``flush_seconds`` to go out; what is left stays in the
+        outbox for the next start."""
         if self._closing:  # stopped already
             return
         self._closing = True
+        if self._starting is not None and not self._starting.done():
+            self._starting.cancel()
+            await asyncio.wait([self._starting])
         workers = [t.worker for t in self.targets if t.worker and not t.worker.done()]
         for t in self.targets:
             t.wake.set()
@@ -302,23 +395,29 @@ class WebhookSender(LoggingConfigurable):
             for w in late:
                 w.cancel()
             await asyncio.wait(late)
-        unsent = sum(len(t.queue) + (t.sending is not None) for t in self.targets)
-        if unsent:
-            self.log.warning(
-                "jupyter_gpu_pause: %d webhook deliveries abandoned at server stop", unsent
-            )
         if self._client is not None:
             self._client.close()
+        if self.records is None or not self.targets:
+            return
+        try:
+            left = sum((await self.records.outbox_counts()).values())
+        except Exception:
+            self.log.exception("jupyter_gpu_pause: could not read the webhook outbox")
+            return
+        if left:
+            self.log.info(
+                "jupyter_gpu_pause: %d webhook deliveries wait in the outbox (%s); they are "
+                "sent after the next start",
+                left,
+                self.records.db_path,
+            )
 
-    def status(self) -> list[dict]:
+    async def status(self) -> list[dict]:
         """Per URL (as logs show it): whether it is disabled (it answered 410), the events
-        queued, and the deliveries so far by result (ok, failed, gone, dropped, retries)."""
+        waiting in the outbox (one being sent included), and the deliveries so far by result
+        (ok, failed, gone, dropped) and the retries."""
+        waiting = await self.records.outbox_counts() if self.records else {}
         return [
-            {
-                "url": url_label(t.url),
-                "disabled": t.gone,
-                "queued": len(t.queue) + (t.sending is not None),
-                **t.counts,
-            }
+            {"url": t.label, "disabled": t.gone, "queued": waiting.get(t.key, 0), **t.counts}
             for t in self.targets
         ]
