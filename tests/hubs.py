@@ -50,6 +50,8 @@ c.SimpleLocalProcessSpawner.home_dir_template = {str(hub.tmp / "home" / "{userna
 c.Spawner.cmd = [{str(BIN / "jupyterhub-singleuser")!r}]
 c.Spawner.args = ["--allow-root"]
 c.Spawner.start_timeout = {int(WAIT)}
+# SIGINT, then SIGTERM after this long: room for the shutdown checkpoint (docs/deploy/)
+c.LocalProcessSpawner.interrupt_timeout = 40
 c.Spawner.http_timeout = {int(WAIT)}
 c.Spawner.environment = {{
     "JUPYTER_CONFIG_DIR": {str(hub.user_config)!r},
@@ -109,9 +111,15 @@ class Hub:
         for key in [k for k in env if k.startswith("JUPYTERHUB_")]:
             del env[key]
         cmd = [sys.executable, "-m", "jupyterhub", "-f", str(self.tmp / "jupyterhub_config.py")]
+        # no terminal, as a Hub run as a service: its servers (which inherit it) neither
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen(
-                cmd, cwd=self.tmp, env=env, stdout=log, stderr=subprocess.STDOUT
+                cmd,
+                cwd=self.tmp,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
             )
         self.wait_until(lambda: self._answers(), "the Hub's API through the proxy")
 

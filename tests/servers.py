@@ -74,6 +74,9 @@ class Server:
             ]
         self.proc: subprocess.Popen | None = None
         self.starts = 0
+        # no terminal, as under a service manager or JupyterHub: jupyter_server then leaves
+        # SIGINT to Python (test_shutdown.py gives a test a terminal where it needs one)
+        self.stdin = subprocess.DEVNULL
 
     def launch(self) -> None:
         """Start the process; return at once."""
@@ -92,7 +95,9 @@ class Server:
             *self.args,
         ]  # fmt: skip
         with open(self.log, "wb") as log:
-            self.proc = subprocess.Popen(cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(
+                cmd, env=self.env, stdin=self.stdin, stdout=log, stderr=subprocess.STDOUT
+            )
 
     def exit_status(self, timeout: float = WAIT) -> int:
         """The exit status of a server that is expected to stop by itself."""

@@ -239,6 +239,44 @@ def test_the_shutdown_checkpoint_of_a_stopping_server_does_not_ask_for_a_stop(hu
     assert "asking JupyterHub to stop" not in log, log
 
 
+def test_a_stop_through_the_hub_checkpoints_the_running_notebook_first(hub):
+    # Given the user's server, started by the Hub's local spawner (without a terminal), with
+    # a GPU notebook holding state
+    _fresh_server(hub, STOP_SCOPES)
+    s = _open_notebook(hub, "stopped.ipynb")
+    hub.run(s["kernel_id"], STATE)
+
+    # When the Hub stops the server (the user's Stop, an admin, the idle culler): SIGINT
+    mark = hub.log_mark()
+    hub.stop_server()
+
+    # Then the server stopped as on SIGTERM, its shutdown checkpoint pausing the notebook
+    log = hub.log_since(mark)
+    assert "received signal 2, stopping" in log, log
+    assert "received signal 15" not in log, log  # the SIGINT did it, not the Hub's SIGTERM
+    assert "shutdown checkpoint: 1 paused" in log, log
+    assert "Interrupted..." not in log, log  # Python's default: exit without any cleanup
+    assert "asking JupyterHub to stop" not in log, log
+
+    # When the user starts the server again
+    hub.start_server()
+
+    # Then the notebook is listed paused, by the shutdown, at a checkpoint that verifies
+    back = _session(hub, s["id"])
+    assert back["state"] == "paused", back
+    events = _events(hub, s["id"])
+    assert [(e["type"], e["reason"]) for e in events][-1] == ("paused", "shutdown"), events
+    code, body = hub.user_api("GET", f"gpu-pause/api/sessions/{s['id']}/checkpoints")
+    assert code == 200, body
+    (ck,) = body["checkpoints"]
+    assert (ck["id"], ck["valid"]) == (back["checkpoint"]["id"], True), ck
+
+    # And it resumes with its values
+    resumed = _resume(hub, s["id"])
+    assert resumed["state"] in ("active", "idle"), resumed
+    assert hub.run(resumed["kernel_id"], READBACK).strip() == "45.0 kept across a stop"
+
+
 def test_true_outside_jupyterhub_stops_the_server_at_start_naming_the_setting(
     tmp_path, monkeypatch
 ):

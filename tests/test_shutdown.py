@@ -2,8 +2,9 @@
 sessions worth keeping before Jupyter shuts their kernels down, and a cloud's preemption notice
 does the same while the server keeps running.
 
-Real ``jupyter server`` processes stopped with SIGTERM, real kernels (one holding 256 MiB of
-torch tensors), and a local HTTP server in a thread of the test playing the metadata endpoint.
+Real ``jupyter server`` processes stopped with SIGTERM (or SIGINT, with and without a terminal),
+real kernels (one holding 256 MiB of torch tensors), and a local HTTP server in a thread of the
+test playing the metadata endpoint.
 """
 
 from __future__ import annotations
@@ -11,6 +12,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
+import pty
+import signal
 import subprocess
 import sys
 import threading
@@ -21,6 +25,7 @@ import pytest
 from jupyter_client import BlockingKernelClient
 
 from jupyter_gpu_pause.server.preemption import PreemptionPoller
+from jupyter_gpu_pause.server.shutdown import SigintStop
 from tests.servers import READBACK, STATE, WAIT, Server
 from tests.waiting import wait_for
 
@@ -213,6 +218,195 @@ def test_shutdown_checkpoint_none_checkpoints_nothing(tmp_path, servers):
     code, body = server.api("GET", "gpu-pause/api/events")
     assert code == 200 and body["events"] == [], body
     assert not list((tmp_path / "store").glob("v1/sessions/*/*.json"))
+
+
+# -- SIGINT -----------------------------------------------------------------------------------
+# JupyterHub's local spawners stop a server with SIGINT, and start it without a terminal, where
+# jupyter_server leaves SIGINT to Python: the extension makes it stop the server as SIGTERM does.
+GPU_BY_NAME = "c.GpuPauseApp.gpu_kernelspecs = ['python3*']\n"
+
+
+def wait_log_alive(server: Server, text: str) -> str:
+    """The first line of the log holding ``text``; fails at once if the server exits first."""
+
+    def line():
+        if server.proc.poll() is not None:
+            pytest.fail(
+                f"the server exited ({server.proc.returncode}) before logging {text!r}:\n"
+                f"{server.log_tail()}"
+            )
+        lines = server.log.read_text(errors="replace").splitlines()
+        return next((x for x in lines if text in x), None)
+
+    return server.wait_until(line, repr(text))
+
+
+def test_sigint_without_a_terminal_checkpoints_as_sigterm_does(tmp_path, servers):
+    # Given a server started without a terminal (stdin from /dev/null, as a spawner starts
+    # one), and a GPU notebook holding state
+    server = Server(tmp_path, config=GPU_BY_NAME)
+    servers.append(server)
+    server.start()
+    s = open_notebook(server, "train.ipynb")
+    server.run(s["kernel_id"], STATE)
+
+    # When the server gets SIGINT
+    server.proc.send_signal(signal.SIGINT)
+
+    # Then it stops as on SIGTERM: the shutdown checkpoint pauses the notebook, exit status 0
+    assert server.exit_status() == 0, server.log_tail()
+    log = server.log.read_text(errors="replace")
+    assert "received signal 2, stopping" in log, log[-4000:]
+    assert "shutdown checkpoint: 1 paused" in log, log[-4000:]
+    assert "Interrupted..." not in log, log[-4000:]  # Python's default: exit, no cleanup
+
+    # When a new server starts on the same records and store
+    server.start()
+
+    # Then the notebook is paused, by the shutdown, at a checkpoint that verifies
+    again = server.sessions()[s["id"]]
+    assert again["state"] == "paused", again
+    paused = [e for e in events(server, s["id"]) if e["type"] == "paused"]
+    assert [e["reason"] for e in paused] == ["shutdown"], paused
+    code, body = server.api("GET", f"gpu-pause/api/sessions/{s['id']}/checkpoints")
+    assert code == 200, body
+    (ck,) = body["checkpoints"]
+    assert (ck["id"], ck["valid"]) == (again["checkpoint"]["id"], True), ck
+    # And it resumes with its values
+    kid = server.resume(s["id"])["kernel_id"]
+    assert server.run(kid, READBACK).strip() == "45.0 hi"
+
+
+@pytest.mark.parametrize(
+    ("second", "logged"),
+    [
+        (signal.SIGINT, "SIGINT while stopping: ignored"),
+        # LocalProcessSpawner's SIGTERM, interrupt_timeout after its SIGINT: joins the checkpoint
+        (signal.SIGTERM, "received signal 15, stopping"),
+    ],
+    ids=["sigint", "sigterm"],
+)
+def test_a_second_signal_while_stopping_does_not_cut_the_checkpoint_short(
+    tmp_path, servers, second, logged
+):
+    # Given a server without a terminal, and a GPU notebook holding state and running a cell
+    # that ends when the test says so (a shutdown checkpoint waits for a running cell)
+    server = Server(tmp_path, config=GPU_BY_NAME + "c.GpuPauseApp.shutdown_grace_seconds = 60\n")
+    servers.append(server)
+    server.start()
+    s = open_notebook(server, "train.ipynb")
+    server.run(s["kernel_id"], STATE)
+    flag = tmp_path / "cell-may-end"
+    start_cell(
+        server,
+        s["kernel_id"],
+        f"import os, time\nwhile not os.path.exists({str(flag)!r}): time.sleep(0.05)\n"
+        "msg = 'set by the cell'",
+    )
+
+    # When the server gets SIGINT, and another signal while its checkpoint waits for the cell
+    server.proc.send_signal(signal.SIGINT)
+    wait_log_alive(server, "shutdown: checkpointing 1 session(s) within 60 s: train.ipynb")
+    server.proc.send_signal(second)
+
+    # Then the second one is logged, and the server is still stopping, not gone
+    line = wait_log_alive(server, logged)
+    if second == signal.SIGINT:
+        assert "shutdown_grace_seconds = 60 s" in line, line
+    assert server.proc.poll() is None
+
+    # When the cell ends
+    flag.touch()
+
+    # Then the checkpoint is completed with the cell's result, and the server exits normally
+    assert server.exit_status() == 0, server.log_tail()
+    assert "shutdown checkpoint: 1 paused" in server.log.read_text(errors="replace")
+    server.start()
+    assert server.sessions()[s["id"]]["state"] == "paused"
+    kid = server.resume(s["id"])["kernel_id"]
+    assert server.run(kid, READBACK).strip() == "45.0 set by the cell"
+
+
+def test_on_a_terminal_sigint_still_asks_before_stopping(tmp_path, servers):
+    # Given a server started by hand on a terminal: jupyter_server's own SIGINT handler
+    # (a confirmation prompt) is in force
+    server = Server(tmp_path, config=GPU_BY_NAME)
+    servers.append(server)
+    terminal, server.stdin = pty.openpty()
+    try:
+        server.start()
+        # When the person presses Ctrl-C
+        server.proc.send_signal(signal.SIGINT)
+        # Then jupyter_server asks, as without the extension
+        server.wait_log("Shut down this Jupyter server (y/[n])?")
+        # When they answer no
+        os.write(terminal, b"n\n")
+        # Then the server goes on serving; the extension never took SIGINT over
+        server.wait_log("resuming operation...")
+        assert server.api("GET", "api/status")[0] == 200
+        log = server.log.read_text(errors="replace")
+        assert "SIGINT stops this server as SIGTERM does" not in log, log[-4000:]
+        assert "received signal" not in log, log[-4000:]
+        assert sigterm(server)[0] == 0, server.log_tail()
+    finally:
+        os.close(terminal)
+        os.close(server.stdin)
+
+
+class FakeServerApp:
+    """What SigintStop uses of jupyter_server's ServerApp: ``_signal_stop`` (its SIGTERM
+    handler), which sets ``_stopping``."""
+
+    def __init__(self):
+        self.stops: list[int] = []
+        self._stopping = False
+
+    def _signal_stop(self, sig, frame):
+        self.stops.append(sig)
+        self._stopping = True
+
+
+def _prompt(sig, frame):  # stands for jupyter_server's confirmation prompt on a terminal
+    pass
+
+
+@pytest.mark.parametrize(
+    ("sigint_before", "sigterm_stops", "installed"),
+    [
+        (signal.default_int_handler, True, True),  # no terminal: Python's default
+        (_prompt, True, False),  # a terminal: jupyter_server's prompt, or the user's handler
+        (signal.SIG_IGN, True, False),  # ignored by whoever started the server
+        (signal.default_int_handler, False, False),  # no signal handling (in-process servers)
+    ],
+    ids=["default", "own-handler", "ignored", "sigterm-not-handled"],
+)
+def test_sigint_is_taken_over_only_where_python_s_default_is_left(
+    sigint_before, sigterm_stops, installed, caplog
+):
+    app, log = FakeServerApp(), logging.getLogger("test_shutdown.sigint")
+    saved = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    try:
+        # Given SIGINT's handler as jupyter_server (or the user) left it
+        signal.signal(signal.SIGINT, sigint_before)
+        signal.signal(signal.SIGTERM, app._signal_stop if sigterm_stops else signal.SIG_DFL)
+
+        # When the extension starts
+        handler = SigintStop.install(app, 25, log)
+
+        # Then it takes SIGINT over only from Python's default, and only where SIGTERM stops
+        assert (handler is not None) is installed
+        if not installed:
+            assert signal.getsignal(signal.SIGINT) is sigint_before
+            return
+        # And a SIGINT stops the server as SIGTERM does; a second one is logged and ignored
+        with caplog.at_level(logging.WARNING, logger=log.name):
+            signal.getsignal(signal.SIGINT)(signal.SIGINT, None)
+            signal.getsignal(signal.SIGINT)(signal.SIGINT, None)
+        assert app.stops == [signal.SIGINT]
+        assert "SIGINT while stopping: ignored" in caplog.text
+    finally:
+        signal.signal(signal.SIGINT, saved[0])
+        signal.signal(signal.SIGTERM, saved[1])
 
 
 # -- preemption notice -------------------------------------------------------------------------

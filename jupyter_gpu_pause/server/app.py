@@ -66,7 +66,7 @@ from .policy import DEFAULT_POLICIES, PolicyError, parse_policies
 from .preemption import PreemptionPoller
 from .probes import GpuProbe, NvmlProbe
 from .records import Records
-from .shutdown import EmergencyCheckpoint
+from .shutdown import EmergencyCheckpoint, SigintStop
 from .spares import WarmKernels
 from .traits import not_negative
 from .webhooks import WebhookSender, signing_key
@@ -292,7 +292,8 @@ class GpuPauseApp(ExtensionApp):
     shutdown_checkpoint = Enum(
         ["gpu", "all", "none"],
         default_value="gpu",
-        help="On SIGTERM or server stop, before Jupyter shuts the kernels down, checkpoint "
+        help="On SIGTERM (or SIGINT without a terminal) or server stop, before Jupyter shuts "
+        "the kernels down, checkpoint "
         "in parallel: 'gpu' (default) the running sessions holding a GPU or matching "
         "gpu_kernelspecs, 'all' every running session (Python kernels), 'none' nothing. "
         "Each goes through the normal pause (a running cell is waited for); they are "
@@ -592,6 +593,8 @@ class GpuPauseApp(ExtensionApp):
     async def _start_jupyter_server_extension(self, serverapp):
         if self.lifecycle is None:  # never built: the server is stopping with SystemExit
             return
+        # without a terminal, SIGINT (JupyterHub's local spawners) stops as SIGTERM does
+        SigintStop.install(serverapp, self.shutdown_grace_seconds, self.log)
         try:
             await self.lifecycle.start()
         except Exception:

@@ -12,11 +12,17 @@ never interrupts a person's cell) is cancelled, its session recorded ``failed`` 
 ``shutdown-timeout`` and its last checkpoint, if any, as what remains; the server goes on
 stopping. A preemption notice starts the same pauses while the server keeps running, without a
 deadline of its own: the shutdown that follows joins them and bounds them.
+
+SIGINT without a terminal (JupyterHub's local spawners stop a server with it) is made to stop
+the server as SIGTERM does (``SigintStop``): jupyter_server leaves it to Python's default there,
+which ends the process at once, without this checkpoint.
 """
 
 from __future__ import annotations
 
 import asyncio
+import signal
+import threading
 from dataclasses import dataclass, field
 
 from .model import RUNNING, Session
@@ -215,3 +221,60 @@ class EmergencyCheckpoint:
             error_reason=TIMEOUT_REASON,
             checkpoint_id=last["id"] if last else None,
         )
+
+
+class SigintStop:
+    """SIGINT stops the server as SIGTERM does, where jupyter_server leaves SIGINT to Python.
+
+    jupyter_server handles SIGINT only when its standard input is a terminal (a confirmation
+    prompt); otherwise Python's default raises ``KeyboardInterrupt`` out of the event loop and
+    the process ends at once, skipping ``ServerApp._cleanup`` and with it ``stop_extension``
+    and this module's checkpoint. That is how JupyterHub's ``LocalProcessSpawner`` stops a
+    server (SIGINT, then SIGTERM after ``interrupt_timeout``, then SIGKILL).
+
+    Installed only over Python's default handler: a terminal's prompt, a handler of the user's
+    or an ignored SIGINT is left as it is; and only where SIGTERM does stop the server, which
+    an application embedding jupyter_server may turn off (pytest-jupyter's in-process
+    servers skip ``init_signal``). The first SIGINT goes where SIGTERM goes
+    (``ServerApp._signal_stop``); one arriving while the server is already stopping is logged
+    and ignored, so that it cannot cut the checkpoint short (``shutdown_grace_seconds`` bounds
+    it anyway; SIGKILL still ends the process at once, and a checkpoint cut off that way was
+    never committed: its manifest is written last, atomically). It stays installed until the
+    process exits, so that a late SIGINT cannot cut Jupyter's own shutdown of the kernels
+    short either.
+    """
+
+    def __init__(self, serverapp, grace: float, log):
+        self.serverapp, self.grace, self.log = serverapp, grace, log
+        self.stopping = False
+
+    @classmethod
+    def install(cls, serverapp, grace: float, log) -> SigintStop | None:
+        """The handler, installed; None where SIGINT is not left to Python's default, where
+        SIGTERM is not jupyter_server's stop, or off the main thread (no handler can be set)."""
+        if threading.current_thread() is not threading.main_thread():
+            return None
+        if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+            return None
+        if signal.getsignal(signal.SIGTERM) != getattr(serverapp, "_signal_stop", None):
+            return None
+        stop = cls(serverapp, grace, log)
+        signal.signal(signal.SIGINT, stop.handle)
+        log.info(
+            "jupyter_gpu_pause: no terminal: SIGINT stops this server as SIGTERM does, "
+            "shutdown checkpoint first"
+        )
+        return stop
+
+    def handle(self, sig, frame) -> None:
+        if self.stopping or getattr(self.serverapp, "_stopping", False):
+            self.log.warning(
+                "jupyter_gpu_pause: SIGINT while stopping: ignored; the server exits once its "
+                "shutdown checkpoint (at most shutdown_grace_seconds = %g s) and Jupyter's "
+                "shutdown of the kernels are done. SIGKILL would end it at once, losing what "
+                "is not checkpointed yet",
+                self.grace,
+            )
+            return
+        self.stopping = True
+        self.serverapp._signal_stop(sig, frame)  # what jupyter_server does on SIGTERM
