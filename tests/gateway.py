@@ -1,6 +1,7 @@
 """A real Jupyter Enterprise Gateway for the gateway tests: ``jupyter-enterprisegateway`` 3.3.0
 in its own virtual environment (it pins older jupyter packages than ours), run as its own
-process on 127.0.0.1 with its local process proxy and an auth token.
+process on 127.0.0.1 with its local process proxy and an auth token (from its environment, as
+docs/gateway.md tells operators: never on the command line).
 
 The venv lives in ``.venv-gateway/`` at the repository root (``make gateway-venv`` makes it; so
 does the first test that needs it, ~30 s with a warm pip cache). Its kernelspec runs this
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -109,13 +111,15 @@ class Gateway:
             "JUPYTER_RUNTIME_DIR": str(self.tmp / "gw-runtime"),
             "JUPYTER_DATA_DIR": str(self.tmp / "gw-data"),
             "JUPYTER_CONFIG_DIR": str(self.tmp / "gw-config"),
+            # the gateway's token from its environment (its auth_token trait reads
+            # EG_AUTH_TOKEN): on the command line, every local user would see it in ps
+            "EG_AUTH_TOKEN": self.token,
         }
         cmd = [
             str(ensure_venv()),
             "--ip=127.0.0.1",
             f"--port={self.port}",
             "--port_retries=0",
-            f"--EnterpriseGatewayApp.auth_token={self.token}",
             "--EnterpriseGatewayApp.list_kernels=True",
         ]
         with open(self.log, "wb") as log:
@@ -140,6 +144,12 @@ class Gateway:
                 return r.status, json.loads(r.read() or b"null")
         except urllib.error.HTTPError as e:
             return e.code, None
+
+    def kernel_list_requests(self) -> int:
+        """How many times the gateway was asked for its kernel list or one kernel's model, as
+        its access log shows (``200 GET /api/kernels``), its own test requests included."""
+        lines = self.log.read_text(errors="replace").splitlines()
+        return sum(1 for x in lines if re.search(r" GET /api/kernels(/[0-9a-f-]+)? \(", x))
 
     def kernel_ids(self) -> set[str]:
         code, kernels = self.api("GET", "api/kernels")

@@ -4,6 +4,7 @@ kernels that cannot be paused. Every refusal must be a clear JSON error and chan
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from http.cookies import SimpleCookie
 from urllib.parse import urlencode
@@ -382,3 +383,25 @@ async def test_pause_refuses_a_non_python_kernel(lab, jp_data_dir, store_dir, ac
     # And the kernel keeps running, untouched
     await assert_untouched(lab, s, store_dir)
     assert (await lab.run(s["kernel_id"], "print(6 * 7)")).strip() == "42"
+
+
+async def test_a_409_is_logged_once(lab, caplog):
+    # Given an active session
+    s = await lab.open_notebook()
+    caplog.clear()
+    # When a resume is asked of it, which answers 409
+    with caplog.at_level(logging.DEBUG):
+        code, err = await lab.api("POST", f"sessions/{s['id']}/resume")
+    assert code == 409, err
+    # Then the server's log has one line for it at INFO or above: jupyter_server's request line
+    logged = [
+        f"{r.name} {r.levelname} {r.getMessage()}"
+        for r in caplog.records
+        if r.levelno >= logging.INFO and f"{s['id']}/resume" in r.getMessage()
+    ]
+    assert len(logged) == 1, logged
+    assert "WARNING 409 POST" in logged[0], logged
+    # and the refusal's words, for whoever debugs, at DEBUG
+    assert any(
+        r.levelno == logging.DEBUG and err["message"] in r.getMessage() for r in caplog.records
+    )

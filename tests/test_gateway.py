@@ -11,9 +11,11 @@ import logging
 import os
 import re
 import signal
+import time
 import uuid
 from datetime import datetime, timedelta, timezone
 
+import psutil
 import pytest
 import websocket
 
@@ -225,6 +227,11 @@ def test_remote_kernel_key_reaches_only_its_own_session(tmp_path, gateway, s3):
         # (KERNEL_USERNAME) but no kernel key and no server URL for kernels
         names = ("KERNEL_USERNAME", "KERNEL_GPU_PAUSE_KEY", "KERNEL_GPU_PAUSE_URL")
         assert _terminal_environment(server, *names) == [USER, "-", "-"]
+        # And the gateway's token is in neither process list nor remote kernel: the gateway
+        # reads it from its environment (EG_AUTH_TOKEN) and passes a kernel only what it lists
+        assert not any(gateway.token in arg for arg in psutil.Process(gateway.proc.pid).cmdline())
+        seen = run_cell(server, a, "import os; print(os.environ.get('EG_AUTH_TOKEN', '-'))")
+        assert seen.strip() == "-"
     finally:
         server.stop()
 
@@ -274,6 +281,36 @@ def test_idle_policy_pauses_remote_kernel(tmp_path, gateway, s3):
         assert _time(by_type["warned"]["time"]) >= cell_end + timedelta(seconds=3)
         assert _time(by_type["paused"]["time"]) >= cell_end + timedelta(seconds=4)
         assert s["kernel_id"] not in gateway.kernel_ids()
+    finally:
+        server.stop()
+
+
+def test_polling_the_api_does_not_poll_the_gateway(tmp_path, gateway, s3):
+    # Given our server on the gateway with one remote notebook, settled
+    server = _server(tmp_path, gateway, s3, poll_interval=1)
+    try:
+        s = _open_notebook(server, "polled.ipynb")
+        run_cell(server, s["kernel_id"], "x = 1")
+        asked = gateway.kernel_list_requests()
+
+        # When the sessions API is polled twice a second for 10 s, as a busy panel or a script
+        # would (and the idle monitor looks every second meanwhile)
+        polls = 20
+        for _ in range(polls):
+            code, body = server.api("GET", "gpu-pause/api/sessions")
+            assert code == 200 and s["id"] in {x["id"] for x in body["sessions"]}, body
+            time.sleep(0.5)
+
+        # Then the gateway was asked for its kernels a few times, not once per look
+        assert gateway.kernel_list_requests() - asked <= 3
+        # and a kernel the gateway loses (as when it culls one) leaves the list at a later look
+        code, _ = gateway.api("DELETE", f"api/kernels/{s['kernel_id']}")
+        assert code == 204
+
+        def gone():
+            return (x := server.sessions().get(s["id"])) is None or not x["kernel_id"]
+
+        server.wait_until(gone, "the server seeing the kernel gone")
     finally:
         server.stop()
 

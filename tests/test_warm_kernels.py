@@ -7,10 +7,14 @@ notebook's folder with the environment Jupyter gives a notebook's kernel, and ha
 from __future__ import annotations
 
 import json
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from tests.moto import BUCKET, PREFIX
+from tests.servers import STATE as SERVER_STATE
+from tests.servers import Server
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.gp_config(warm_kernels=True)
@@ -157,3 +161,63 @@ async def test_a_gpu_session_gets_its_warm_kernel_while_its_pause_is_still_writi
     assert resumed["kernel_id"] == early["kernel_id"], resumed
     out = await lab.run(resumed["kernel_id"], "print(w.sum().item(), note)")
     assert out.split() == ["66.0", "kept"]
+
+
+@pytest.fixture
+def two_nodes(tmp_path, s3, pg_url):
+    """Two servers of one user sharing home, store, signing key and queue (as in
+    test_cross_node.py); node 1 keeps warm kernels, node 2 does not (one torch import less)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    config = f"""
+c.GpuPauseApp.store_url = "s3://{BUCKET}/{PREFIX}"
+c.GpuPauseApp.store_options = {{"endpoint_url": {s3.endpoint!r}, "skip_instance_cache": True}}
+c.GpuPauseApp.secret_file = {str(tmp_path / "secret")!r}
+c.GpuPauseApp.capacity_queue_url = {pg_url!r}
+c.GpuPauseApp.gpu_kernelspecs = ["python3*"]
+c.GpuPauseApp.store_rescan_interval = 1.0
+c.CapacityQueue.lease_seconds = 3
+c.GpuPauseApp.policies = []
+"""
+    nodes = []
+    for i, warm in ((1, True), (2, False)):
+        own = f"c.GpuPauseApp.db_path = {str(tmp_path / f'records{i}.sqlite')!r}\n"
+        node = Server(
+            tmp_path / f"node{i}", config + own + f"c.GpuPauseApp.warm_kernels = {warm}\n",
+            own_paths=False,
+        )  # fmt: skip
+        node.root = home
+        nodes.append(node)
+    with ThreadPoolExecutor(2) as pool:
+        list(pool.map(Server.start, nodes))
+    yield nodes
+    with ThreadPoolExecutor(2) as pool:
+        list(pool.map(lambda n: n.proc and n.stop(), nodes))
+
+
+def test_no_warm_kernel_for_a_session_another_server_runs(two_nodes):
+    n1, n2 = two_nodes
+
+    def pool(node) -> list[dict]:
+        code, cap = node.api("GET", "gpu-pause/api/capacity")
+        assert code == 200, cap
+        return cap["warm_kernels"]
+
+    # Given a notebook paused on node 1, which keeps a warm kernel for it
+    s = n1.open_notebook("shared.ipynb")
+    n1.run(s["kernel_id"], SERVER_STATE)
+    n1.pause(s["id"])
+    (warm,) = n1.wait_until(lambda: [w for w in pool(n1) if w["ready"]], "a warm kernel on node 1")
+
+    # When node 2 resumes it
+    n2.wait_until(lambda: n2.sessions().get(s["id"]), "the session listed on node 2")
+    back = n2.resume(s["id"])
+    assert back["kernel_id"] != warm["kernel_id"]
+
+    # Then node 1, seeing it run there, shuts its warm kernel down and keeps none
+    n1.wait_until(lambda: n1.sessions()[s["id"]]["running_elsewhere"], "node 1 seeing node 2")
+    n1.wait_until(lambda: pool(n1) == [], "node 1 without a warm kernel")
+    assert n1.api("GET", "api/kernels")[1] == [] and n1.kernel_pids() == []
+    # and keeps none while it runs there (the pool looks every 2 s)
+    time.sleep(5)
+    assert pool(n1) == [] and n1.kernel_pids() == []

@@ -85,6 +85,26 @@ def _fail(message: str, reason: str, check: str | None = None) -> None:
     _reply({"ok": False, "error": {"message": message, "reason": reason, "check": check}})
 
 
+def _numpy_missing(e: BaseException) -> bool:
+    """``e`` says this kernel has no usable numpy: torch's ``.numpy()`` raises "Numpy is not
+    available" when torch was imported without it, ``import numpy`` an ImportError."""
+    if isinstance(e, ImportError):
+        return (e.name or "").partition(".")[0] == "numpy"
+    return isinstance(e, RuntimeError) and "Numpy is not available" in str(e)
+
+
+def _fail_numpy(what: str, safe: str) -> None:
+    import sys
+
+    _fail(
+        f"the {what} needs numpy, which this kernel's Python ({sys.executable}) cannot use: "
+        f"jupyter_gpu_pause writes and reads torch tensors through it. {safe} Install numpy "
+        "in that environment (pip install numpy; installing jupyter_gpu_pause there brings "
+        "it) and restart the kernel: torch looks for numpy once, when it is imported",
+        "numpy-missing",
+    )
+
+
 def call_parent() -> None:
     """Run the request in the metadata of the execute_request running this; always publishes
     exactly one result."""
@@ -175,6 +195,8 @@ def capture(params: dict) -> None:
     except StoreError as e:
         _fail(f"the store could not be written: {e}", "store")
     except Exception as e:  # a hook or an object misbehaved: report it, change nothing
+        if _numpy_missing(e):
+            return _fail_numpy("pause", "Nothing was changed: the kernel runs on as it was.")
         _fail(f"capture failed: {type(e).__name__}: {e}", "agent-error")
     else:
         _ok(result)
@@ -213,6 +235,8 @@ def restore(params: dict) -> None:
     except StoreError as e:
         return _fail(f"the store could not be read: {e}", "store")
     except Exception as e:
+        if _numpy_missing(e):
+            return _fail_numpy("resume", "The checkpoint is safe.")
         return _fail(f"restore failed: {type(e).__name__}: {e}", "agent-error")
     hooks = report.pop("hooks") or {}
     api.register(*report["registered"])

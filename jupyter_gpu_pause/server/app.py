@@ -615,7 +615,10 @@ class GpuPauseApp(ExtensionApp):
         if self.warm_kernels and self.lifecycle.bridge.supports_warm_kernels:
             table = self.lifecycle.table
             self.lifecycle.warm = WarmKernels(
-                self.lifecycle.bridge, self.log, lambda: list(table.sessions.values())
+                self.lifecycle.bridge,
+                self.log,
+                lambda: list(table.sessions.values()),
+                lambda: self.lifecycle.capacity.elsewhere,
             )
             self.lifecycle.warm.start()
         self.emergency = EmergencyCheckpoint(

@@ -41,6 +41,11 @@ from .kernels import WATCH_INTERVAL, KernelBridge, _parent
 from .probes import GpuUsage
 
 SETTLE_POLL = 0.5
+# Seconds a look at the gateway's kernel list (``GET /api/kernels``) is reused: the sessions API
+# polled by the Lab panel, scripts and the idle monitor asks for it on every look. The list
+# brings the kernels' connections, the state of kernels the monitor does not watch, and kernels
+# the gateway culled; our own starts and shutdowns make the next look ask again.
+KERNEL_LIST_SECONDS = 10.0
 # Seconds between two GPU reports asked of an idle remote kernel's agent (each is one silent
 # request, which the kernel shows as a moment of busy)
 GPU_REPORT_INTERVAL = 30.0
@@ -134,7 +139,7 @@ class GatewayBridge(KernelBridge):
         self._languages: dict[str, str] = {}  # kernelspec name -> language, from the gateway
         self._states: dict[str, str] = {}  # kernel id -> last status seen on IOPub
         self._watches: dict[str, IopubWatch] = {}
-        self._listed = 0.0  # loop time of the last refresh of the gateway's kernel models
+        self._listed: float | None = None  # loop time of the last look at the gateway's list
         self._gpu: dict[str, tuple[float, GpuUsage | None]] = {}  # kernel id -> (when, report)
         self._gpu_tasks: dict[str, asyncio.Task] = {}
 
@@ -223,7 +228,7 @@ class GatewayBridge(KernelBridge):
 
     async def jupyter_sessions(self) -> list[dict]:
         loop = asyncio.get_running_loop()
-        if loop.time() - self._listed > 1.0:
+        if self._listed is None or loop.time() - self._listed >= KERNEL_LIST_SECONDS:
             # the gateway's models: execution state, connections, kernels it culled
             self._listed = loop.time()
             try:
@@ -312,7 +317,16 @@ class GatewayBridge(KernelBridge):
             raise WrongState(
                 f"the gateway no longer offers the kernelspec '{kernel_name}'", "no-kernelspec"
             )
-        return await self._start(kernel_name, cwd, path, name, env)
+        try:
+            return await self._start(kernel_name, cwd, path, name, env)
+        finally:
+            self._listed = None  # the gateway's list changed: the next look asks for it
+
+    async def shutdown(self, kernel_id: str) -> None:
+        try:
+            await super().shutdown(kernel_id)
+        finally:
+            self._listed = None
 
 
 class RedactSecrets(logging.Filter):

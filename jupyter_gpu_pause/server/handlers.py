@@ -80,6 +80,18 @@ class BaseHandler(ExtensionHandlerMixin, APIHandler):
     def lifecycle(self):
         return self.settings["gpu_pause"]
 
+    def log_exception(self, typ, value, tb):
+        """A refusal of ours below 500 (a 409 ``resumed-elsewhere``, a 404) is an answer, not a
+        fault: jupyter_server's request line (``409 POST …``, a warning) is its one line in the
+        log; its words go to DEBUG, not into tornado's second warning for the same request."""
+        if isinstance(value, _ApiError) and value.status_code < 500:
+            self.log.debug(
+                "%d %s: %s (%s)", value.status_code, self._request_summary(), value.message,
+                value.reason,
+            )  # fmt: skip
+            return
+        super().log_exception(typ, value, tb)
+
     def write_error(self, status_code, **kwargs):
         """Every error is ``{"message", "reason"}``: ours verbatim, Jupyter's and Tornado's
         (403 unauthenticated, 405) with a reason code, anything unexpected as ``internal``."""

@@ -44,9 +44,12 @@ class Warm:
 
 
 class WarmKernels:
-    def __init__(self, bridge, log, sessions):
-        """``sessions()``: the sessions the server tracks (``Session`` objects)."""
+    def __init__(self, bridge, log, sessions, elsewhere=dict):
+        """``sessions()``: the sessions the server tracks (``Session`` objects);
+        ``elsewhere()``: those another server runs now, by id (``CapacityService.elsewhere``):
+        listed here as paused, but no resume here can take them, so they want no warm kernel."""
         self.bridge, self.log, self._sessions = bridge, log, sessions
+        self._elsewhere = elsewhere
         self.warm: dict[str, Warm] = {}  # kernelspec -> its warm kernel
         self._failed: dict[str, float] = {}  # kernelspec -> loop time before which not to retry
         self._nudged = asyncio.Event()
@@ -129,14 +132,16 @@ class WarmKernels:
 
     def wanted(self) -> dict[str, tuple[str, ...]]:
         """Kernelspec -> packages to import (those the paused checkpoints' objects come from),
-        for every kernelspec with a paused session (or one being resumed)."""
+        for every kernelspec with a paused session (or one being resumed) that no other server
+        runs."""
         out: dict[str, set[str]] = {}
         pausing = set()
+        elsewhere = self._elsewhere()
         for s in self._sessions():
             if s.state == "pausing" and s.id in self._pausing:
                 pausing.add(s.id)
                 out.setdefault(s.kernel_name, set()).update(self._pausing[s.id])
-            if s.state not in WANTING or not s.checkpoint:
+            if s.state not in WANTING or not s.checkpoint or s.id in elsewhere:
                 continue
             mods = out.setdefault(s.kernel_name, set())
             mods.update(s.checkpoint.get("packages") or ())
