@@ -3,6 +3,7 @@ tests that start, stop and restart servers as an administrator or a service mana
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -10,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psutil
@@ -238,3 +240,25 @@ class Server:
         back = self.wait_state(sid)
         assert back["state"] in ("active", "idle"), back
         return back
+
+
+@contextlib.contextmanager
+def nodes(tmp_path: Path, config: str, per_node: tuple[str, ...] = ("", "")):
+    """Servers of one user as a cluster runs them, started side by side: one home folder
+    (``tmp_path/home``), each its own records (``db_path``), and what ``config`` shares (a
+    store, a key, a queue); ``per_node``: each one's own extra config. Stopped at the end."""
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    servers = []
+    for i, extra in enumerate(per_node, start=1):
+        own = f"c.GpuPauseApp.db_path = {str(tmp_path / f'records{i}.sqlite')!r}\n"
+        server = Server(tmp_path / f"node{i}", config + own + extra, own_paths=False)
+        server.root = home
+        servers.append(server)
+    try:
+        with ThreadPoolExecutor(len(servers)) as pool:
+            list(pool.map(Server.start, servers))
+        yield servers
+    finally:
+        with ThreadPoolExecutor(len(servers)) as pool:
+            list(pool.map(lambda s: s.proc and s.stop(), servers))

@@ -13,15 +13,13 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from tests.moto import BUCKET, PREFIX
-from tests.servers import READBACK, STATE, Server
+from tests.servers import READBACK, STATE, nodes
 
 RESCAN = 1.0  # GpuPauseApp.store_rescan_interval here: how soon a node sees the other's work
 
 
 @pytest.fixture
 def two_nodes(tmp_path, s3, pg_url):
-    root = tmp_path / "home"  # the user's home, the same on every node (a shared volume)
-    root.mkdir()
     config = f"""
 c.GpuPauseApp.store_url = "s3://{BUCKET}/{PREFIX}"
 c.GpuPauseApp.store_options = {{"endpoint_url": {s3.endpoint!r}, "skip_instance_cache": True}}
@@ -34,20 +32,8 @@ c.GpuPauseApp.store_rescan_interval = {RESCAN}
 c.CapacityQueue.lease_seconds = 3
 c.GpuPauseApp.policies = []
 """
-    nodes = []
-    for i in (1, 2):
-        node = Server(
-            tmp_path / f"node{i}",
-            config + f"c.GpuPauseApp.db_path = {str(tmp_path / f'records{i}.sqlite')!r}\n",
-            own_paths=False,
-        )
-        node.root = root
-        nodes.append(node)
-    with ThreadPoolExecutor(2) as pool:
-        list(pool.map(Server.start, nodes))
-    yield nodes
-    with ThreadPoolExecutor(2) as pool:
-        list(pool.map(lambda n: n.proc and n.stop(), nodes))
+    with nodes(tmp_path, config) as both:  # one home folder (a shared volume), own records
+        yield both
 
 
 def resume_path(sid: str) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.servers import READBACK, STATE, Server
+from tests.servers import READBACK, STATE, Server, nodes
 
 
 @pytest.fixture
@@ -243,18 +243,7 @@ c.GpuPauseApp.secret_file = {str(tmp_path / "secret")!r}
 c.GpuPauseApp.capacity_queue_url = {str(tmp_path / "queue")!r}
 c.GpuPauseApp.store_rescan_interval = 1.0
 """
-    first, second = (
-        Server(
-            tmp_path / name,
-            shared + f"c.GpuPauseApp.db_path = {str(tmp_path / f'{name}.sqlite')!r}\n",
-            own_paths=False,
-        )
-        for name in ("first", "second")
-    )
-    second.root = first.root  # one home folder
-    try:
-        first.start()
-        second.start()
+    with nodes(tmp_path, shared) as (first, second):
         s = first.open_notebook("nb.ipynb")
         first.run(s["kernel_id"], STATE)
         first.pause(s["id"])
@@ -276,10 +265,6 @@ c.GpuPauseApp.store_rescan_interval = 1.0
         back = second.wait_state(s["id"])
         assert back["state"] in ("active", "idle"), back
         assert second.run(back["kernel_id"], READBACK).strip() == "45.0 hi"
-    finally:
-        for srv in (first, second):
-            if srv.proc:
-                srv.stop()
 
 
 def test_a_server_killed_mid_pause_resumes_its_session_at_once_after_a_restart(server):

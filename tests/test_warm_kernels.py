@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import json
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from tests.moto import BUCKET, PREFIX
 from tests.servers import STATE as SERVER_STATE
-from tests.servers import Server
+from tests.servers import nodes
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.gp_config(warm_kernels=True)
@@ -167,8 +166,6 @@ async def test_a_gpu_session_gets_its_warm_kernel_while_its_pause_is_still_writi
 def two_nodes(tmp_path, s3, pg_url):
     """Two servers of one user sharing home, store, signing key and queue (as in
     test_cross_node.py); node 1 keeps warm kernels, node 2 does not (one torch import less)."""
-    home = tmp_path / "home"
-    home.mkdir()
     config = f"""
 c.GpuPauseApp.store_url = "s3://{BUCKET}/{PREFIX}"
 c.GpuPauseApp.store_options = {{"endpoint_url": {s3.endpoint!r}, "skip_instance_cache": True}}
@@ -179,20 +176,9 @@ c.GpuPauseApp.store_rescan_interval = 1.0
 c.CapacityQueue.lease_seconds = 3
 c.GpuPauseApp.policies = []
 """
-    nodes = []
-    for i, warm in ((1, True), (2, False)):
-        own = f"c.GpuPauseApp.db_path = {str(tmp_path / f'records{i}.sqlite')!r}\n"
-        node = Server(
-            tmp_path / f"node{i}", config + own + f"c.GpuPauseApp.warm_kernels = {warm}\n",
-            own_paths=False,
-        )  # fmt: skip
-        node.root = home
-        nodes.append(node)
-    with ThreadPoolExecutor(2) as pool:
-        list(pool.map(Server.start, nodes))
-    yield nodes
-    with ThreadPoolExecutor(2) as pool:
-        list(pool.map(lambda n: n.proc and n.stop(), nodes))
+    per_node = ("c.GpuPauseApp.warm_kernels = True\n", "c.GpuPauseApp.warm_kernels = False\n")
+    with nodes(tmp_path, config, per_node) as both:
+        yield both
 
 
 def test_no_warm_kernel_for_a_session_another_server_runs(two_nodes):
