@@ -14,6 +14,7 @@ import { DisposableSet, IDisposable } from '@lumino/disposable';
 import { Widget } from '@lumino/widgets';
 
 import { offersCpuResume } from './actions';
+import type { KernelGate } from './gate';
 import { GpuPauseAPI, GpuPauseError, KERNEL_EXISTS } from './api';
 import { bytesText, durationText } from './format';
 import { SessionsModel } from './model';
@@ -43,6 +44,8 @@ export interface ICommandsOptions {
   settings: () => Readonly<IGpuPauseSettings>;
   /** The notebook tracker, when notebooks are available. */
   tracker: INotebookTracker | null;
+  /** What keeps paused notebooks from starting a kernel, when it runs. */
+  gate?: KernelGate | null;
   /** Show the sessions panel. */
   openPanel: () => void;
   /** Translation of user-visible strings. */
@@ -73,7 +76,7 @@ export function notebookPath(panel: NotebookPanel): string {
  * Register the commands; dispose the result to remove them.
  */
 export function addCommands(options: ICommandsOptions): IDisposable {
-  const { api, commands, model, tracker, trans } = options;
+  const { api, commands, gate, model, tracker, trans } = options;
   let policies: Promise<IPolicy[]> | null = null;
 
   /** The notebook path a command's arguments name, else the current one. */
@@ -244,6 +247,12 @@ export function addCommands(options: ICommandsOptions): IDisposable {
     device?: ResumeDevice
   ): Promise<ISession | void> => {
     const options: IResumeOptions = device ? { device } : {};
+    // A paused notebook open here without a kernel starts one first, as
+    // JupyterLab does: the server restores into it.
+    const held = gate?.heldAt(session.path);
+    if (held) {
+      await gate!.release(held);
+    }
     try {
       return await api.resume(session.id, options);
     } catch (error) {
