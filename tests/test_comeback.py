@@ -5,6 +5,10 @@ overwrites it unasked (409 ``kernel-exists``), even when the code ran as the res
 
 from __future__ import annotations
 
+import json
+import uuid
+from pathlib import Path
+
 import pytest
 
 from tests.test_capacity import QUOTA_OF_ONE, waiting
@@ -59,6 +63,43 @@ async def test_resume_restores_into_the_kernel_lab_opened_without_asking(lab):
     assert lab.app.kernel_manager.list_kernel_ids() == [kid]
     (event,) = await lab.events(s["id"], "resumed")
     assert event["detail"]["kernel_id"] == kid
+
+
+async def test_lab_opening_the_notebook_under_a_temporary_path_never_makes_a_second_row(lab):
+    # Given a paused notebook in a folder
+    (Path(lab.app.root_dir) / "exp").mkdir()
+    s = await paused(lab, "exp/back.ipynb")
+    # When JupyterLab opens it: a session under a bare UUID in its folder, then renamed
+    r = await lab.fetch(
+        "api",
+        "sessions",
+        method="POST",
+        body=json.dumps(
+            {
+                "path": f"exp/{uuid.uuid4()}",
+                "type": "notebook",
+                "name": "back.ipynb",
+                "kernel": {"name": "python3"},
+            }
+        ),
+    )
+    js = json.loads(r.body)
+    kid = js["kernel"]["id"]
+    # Then the kernel under the temporary path is no row of its own
+    assert [x["id"] for x in await rows(lab, js["path"])] == []
+    assert [x["id"] for x in await rows(lab, "exp/back.ipynb")] == [s["id"]]
+    # When it is renamed to the notebook's path
+    await lab.fetch(
+        "api",
+        "sessions",
+        js["id"],
+        method="PATCH",
+        body=json.dumps({"path": "exp/back.ipynb"}),
+    )
+    # Then the paused row is still the only one, offering that kernel
+    (row,) = await rows(lab, "exp/back.ipynb")
+    assert row["id"] == s["id"] and row["open_kernel"] == kid
+    assert [x["id"] for x in (await lab.api("GET", "sessions"))[1]["sessions"]] == [s["id"]]
 
 
 @pytest.mark.parametrize("listed", [False, True], ids=["at-once", "after-the-panel-listed-it"])

@@ -140,15 +140,8 @@ class SessionTable:
                 if known.path not in paths[kid] and not temporary_path(js["path"]):
                     known.path, known.cwd = js["path"], posixpath.dirname(js["path"])
                     await self.records.save(known)
-                if self._absorbed(known, comeback):
-                    # seen under JupyterLab's temporary path, renamed onto a paused notebook
-                    del self.sessions[known.id]
-                    by_kernel.pop(kid)
-                    await self.records.delete(known.id)
-                    self.on_change()
-                else:
-                    continue
-            if kid in busy_kernels or kid in by_kernel:
+                continue
+            if kid in busy_kernels:
                 continue
             if self._waits(kid, paths[kid], comeback):
                 waiting[kid] = next((p for p in paths[kid] if p in comeback), js["path"])
@@ -162,7 +155,7 @@ class SessionTable:
                 cwd=posixpath.dirname(js["path"]),
             )
             self.sessions[s.id] = s
-            by_kernel[kid] = s
+            by_kernel[kid] = s  # (a kernel in two Jupyter sessions: Lab's renaming) one row
             await self.records.save(s)
         self.waiting_kernels = waiting
         for kid in waiting:  # its first cell makes it a session: watch it from now on
@@ -177,23 +170,11 @@ class SessionTable:
 
     def _waits(self, kid: str, paths: list[str], comeback: set[str]) -> bool:
         """A kernel that ran nothing, opened for a paused notebook (or not yet renamed from
-        JupyterLab's temporary path): it waits for the resume instead of being a session."""
+        JupyterLab's temporary path, so that it never has a row of its own to lose): it waits
+        for the resume instead of being a session."""
         if self.kernel_use is None or self.kernel_use.ran_code(kid):
             return False
         return any(p in comeback for p in paths) or all(temporary_path(p) for p in paths)
-
-    def _absorbed(self, s: Session, comeback: set[str]) -> bool:
-        """A row made for a kernel that has run nothing, now on a paused notebook's path: no
-        checkpoint, no operation, nothing of the user's to keep track of."""
-        return (
-            s.path in comeback
-            and not resumable(s)
-            and s.state in RUNNING
-            and s.checkpoint is None
-            and s.last_operation is None
-            and s.id not in self.ops
-            and self._waits(s.kernel_id, [s.path], comeback)
-        )
 
     def waiting_kernel(self, s: Session) -> str | None:
         """The kernel that the notebook of a paused session has open and a resume takes."""
