@@ -146,6 +146,20 @@ class Lab:
         (session,) = [s for s in body["sessions"] if s["kernel_id"] == js["kernel"]["id"]]
         return session
 
+    async def open_kernel(self, path: str, kernel_name: str = "python3") -> str:
+        """Open a notebook as JupyterLab does (a Jupyter session, a kernel started for it) and
+        return that kernel's id, whether or not it is a session of ours yet: on a paused
+        notebook, a kernel that has run nothing waits for the resume instead."""
+        r = await self.fetch(
+            "api",
+            "sessions",
+            method="POST",
+            body=json.dumps(
+                {"path": path, "type": "notebook", "name": path, "kernel": {"name": kernel_name}}
+            ),
+        )
+        return json.loads(r.body)["kernel"]["id"]
+
     def client(self, kernel_id: str) -> AsyncKernelClient:
         kernel = self.app.kernel_manager.get_kernel(kernel_id)
         c = AsyncKernelClient()

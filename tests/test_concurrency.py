@@ -122,12 +122,12 @@ async def test_second_resume_joins_the_first(lab):
 
 
 async def test_resume_never_overwrites_a_new_kernel_silently(lab):
-    # Given a paused notebook that the user re-opened with a fresh kernel
+    # Given a paused notebook that the user re-opened with a new kernel, and ran a cell in
     s = await lab.open_notebook("work.ipynb")
     await lab.run(s["kernel_id"], STATE)
     await lab.api("POST", f"sessions/{s['id']}/pause")
     await lab.wait_state(s["id"])
-    fresh = await lab.open_notebook("work.ipynb")
+    fresh = {"kernel_id": await lab.open_kernel("work.ipynb")}
     await lab.run(fresh["kernel_id"], "scratch = 'typed after the pause'")
     # When the user resumes without saying where
     code, err = await lab.api("POST", f"sessions/{s['id']}/resume")

@@ -3,8 +3,8 @@
 The server sends one silent ``execute_request`` whose code (``CODE``) calls ``call_parent``; the
 request ``{"protocol", "func", "params"}`` is in that message's metadata (``REQUEST_KEY``), not
 in the code, which IPython would run through its input transformers. ``func`` is ``capture``,
-``restore``, ``check``, ``warm`` or ``gpu``. (``call`` takes the request as base64 JSON in the
-code, as servers before this one sent it.)
+``restore``, ``check``, ``warm``, ``gpu`` or ``usage``. (``call`` takes the request as base64
+JSON in the code, as servers before this one sent it.)
 Progress and the final result travel back as display_data messages with our own MIME types on
 IOPub: frontends ignore them (the request is not theirs) and nothing is added to the user's
 namespace or history. Every result carries the protocol and package version, so a kernel whose
@@ -28,7 +28,7 @@ MIME_PROGRESS = "application/vnd.jupyter-gpu-pause.progress+json"
 MIME_RESULT = "application/vnd.jupyter-gpu-pause.result+json"
 # The shape of requests and results; bumped whenever either changes. The server refuses a reply
 # of another protocol, the agent a request of another protocol, each saying which versions met.
-PROTOCOL = 3
+PROTOCOL = 4
 REQUEST_KEY = "jupyter_gpu_pause_request"  # the execute_request's metadata key of the request
 CODE = "__import__('jupyter_gpu_pause.kernel.agent', fromlist=['_']).call_parent()"
 
@@ -136,8 +136,14 @@ def _run(request) -> None:
             "version of jupyter_gpu_pause in the kernel's environment",
             "agent-version",
         )
-    entry = {"capture": capture, "restore": restore, "check": check, "warm": warm, "gpu": gpu}
-    entry = entry.get(func)
+    entry = {
+        "capture": capture,
+        "restore": restore,
+        "check": check,
+        "warm": warm,
+        "gpu": gpu,
+        "usage": usage,
+    }.get(func)
     if entry is None:
         return _fail(f"the agent has no function {func!r}", "agent-protocol")
     try:
@@ -206,6 +212,15 @@ def restore(params: dict) -> None:
     """Check all blobs, rebuild objects into the namespace, run on_restore hooks; publish report."""
     doc = params["manifest"]
     cid = doc.get("checkpoint_id")
+    if params.get("only_if_unused") and _cells_run():
+        # the server took this kernel as one that had run nothing (JupyterLab's, opened on a
+        # paused notebook); a cell ran since: its variables are the user's now
+        return _fail(
+            "code was run in the notebook's new kernel as the resume began; nothing was "
+            "restored and that kernel's variables are untouched. Resume again to choose "
+            "whether to restore into it",
+            "kernel-used",
+        )
     try:
         _become(params.get("environ") or {}, params.get("cwd"))
         store = _store(params)
@@ -251,6 +266,18 @@ def restore(params: dict) -> None:
             )
     api.REGISTRY.last_restore = report
     _ok(report)
+
+
+def _cells_run() -> int:
+    """Cells a person ran in this kernel: IPython counts every execution stored in history
+    (a notebook's cells); the server's silent requests, ours included, are not counted."""
+    return _shell().execution_count - 1
+
+
+def usage(params: dict) -> None:
+    """Whether this kernel has run code of a person's: a resume restores unasked only into a
+    kernel that has run none."""
+    _ok({"cells_run": _cells_run()})
 
 
 def _become(environ: dict, cwd: str | None) -> None:

@@ -3,6 +3,10 @@
 Activity is a cell (``execute_request``) or a widget message. The UI's own polling
 (``kernel_info``, ``comm_info``), the debugger and our agent's silent requests (sent from the
 sessions in ``agent_sessions``) do not count.
+
+It also keeps which kernels have run a person's code (an ``execute_input`` on IOPub, published
+for every cell that is not silent): a kernel that JupyterLab started on opening a paused
+notebook and that has run nothing is not a session of its own (``sessions.py``).
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ import asyncio
 from datetime import datetime
 
 from jupyter_client.session import Session as ZmqSession
+from traitlets import TraitError
 
 from ..store.format import utcnow
 
@@ -29,6 +34,7 @@ class ActivityTracker:
         self.subscribe = subscribe
         self.last: dict[str, datetime] = {}
         self.busy: dict[str, bool] = {}
+        self.ran: set[str] = set()  # kernels that ran a person's code while watched
         self._streams: dict[str, object] = {}
 
     def sync(self, kernel_ids: set[str]) -> None:
@@ -38,10 +44,31 @@ class ActivityTracker:
             self.busy.pop(kid, None)
         for kid in kernel_ids - set(self._streams):
             self._watch(kid)
+        # kept while the kernel runs, watched or not: it may be a paused notebook's later
+        self.ran = {kid for kid in self.ran if kid in self.km}
+
+    def watch(self, kid: str) -> None:
+        """Start watching a kernel now, not at the monitor's next pass: a kernel waiting for
+        a paused notebook's restore is a session of its own from its first cell on."""
+        if kid not in self._streams and kid in self.km:
+            self._watch(kid)
+
+    def ran_code(self, kid: str) -> bool:
+        """The kernel ran a person's code since it was first watched (or ``saw_code``)."""
+        return kid in self.ran
+
+    def saw_code(self, kid: str) -> None:
+        """What the tracker could not see itself: code run before the kernel was watched
+        (the kernel's own count says so), or the kernel calling the server from a cell."""
+        self.ran.add(kid)
 
     def _watch(self, kid: str) -> None:
         kernel = self.km.get_kernel(kid)
-        self.last[kid] = getattr(kernel, "last_activity", None) or utcnow()
+        try:
+            started = getattr(kernel, "last_activity", None)
+        except TraitError:  # watched from its start event: jupyter_server sets it just after
+            started = None
+        self.last[kid] = started or utcnow()
         if self.subscribe is not None:
             self._streams[kid] = self.subscribe(kid, lambda msg: self._saw(kid, msg, msg))
             return
@@ -62,6 +89,8 @@ class ActivityTracker:
         if parent.get("session") in self.agent_sessions:
             return
         msg_type = msg["header"]["msg_type"]
+        if msg_type == "execute_input":
+            self.ran.add(kid)
         if parent.get("msg_type") in USER_MESSAGES or msg_type == "comm_msg":
             self.last[kid] = utcnow()
             if msg_type == "status":

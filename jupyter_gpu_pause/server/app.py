@@ -551,6 +551,7 @@ class GpuPauseApp(ExtensionApp):
             capture=self.capture,
             user=server_user(),
             log=self.log,
+            event_logger=server.event_logger,
         )
         self.maintenance = StoreMaintenance(
             self.lifecycle, self._store, self._retention, self.gc_grace_seconds, parent=self

@@ -15,7 +15,7 @@ from ..store.format import check_checkpoint_id
 from .capacity import Capacity, CapacityProvider, CapacityQueue
 from .check import DryRun
 from .checkpoints import Checkpoints
-from .errors import BadRequest, NotFound, Unavailable, WrongState
+from .errors import BadRequest, GpuPauseError, NotFound, Unavailable, WrongState
 from .gpu_sessions import holders, is_gpu_session
 from .kernels import KernelBridge
 from .model import RUNNING, Session
@@ -30,6 +30,9 @@ from .views import session_json
 
 STOP_GRACE = 15.0  # seconds a stopping server waits for in-flight operations
 STARTUP_WAIT = 30.0  # seconds a request waits for the records to load before a 503
+# seconds a notebook's kernel has to say whether it ran code (a resume's admission waits for
+# it; one that is busy with a cell the server did not see ran code anyway)
+USAGE_WAIT = 20.0
 
 
 class Lifecycle:
@@ -216,6 +219,27 @@ class Lifecycle:
         busy = self.bridge.execution_state(kernel_id) == "busy"
         return busy and not self.bridge.agent_running(kernel_id)
 
+    async def ran_nothing(self, kernel_id: str) -> bool:
+        """The kernel has run no code of a person's: a resume may restore into it unasked.
+
+        Asked of the kernel itself (its execution count), since code may have run before the
+        server watched it; any doubt (no answer, an operation under way) is a no. The restore
+        asks again as it begins (``ResumeOptions.adopt``): a cell sent meanwhile is never
+        overwritten.
+        """
+        use = self.table.kernel_use
+        if use is None or use.ran_code(kernel_id) or kernel_id in self.ops.kernel_ids():
+            return False
+        try:
+            asked = self.bridge.run_agent(kernel_id, "usage", {})
+            cells = (await asyncio.wait_for(asked, USAGE_WAIT)).get("cells_run")
+        except (GpuPauseError, asyncio.TimeoutError) as e:
+            self.log.info("jupyter_gpu_pause: kernel %s did not say what it ran: %r", kernel_id, e)
+            return False
+        if cells != 0:
+            use.saw_code(kernel_id)
+        return cells == 0
+
     # -- queries -------------------------------------------------------------------------------
     async def list(self, path: str | None = None, kernel_id: str | None = None) -> list[dict]:
         await self.table.refresh()
@@ -232,12 +256,19 @@ class Lifecycle:
         busy = self.user_busy(s.kernel_id) if running and self.user_busy else None
         notice = self.checkpoints.key_problem if s.checkpoint and not running else None
         elsewhere = None if running else self.capacity.elsewhere.get(s.id)
-        return session_json(s, kernel, busy, notice, self.gpu_session(s), elsewhere)
+        return session_json(
+            s, kernel, busy, notice, self.gpu_session(s), elsewhere, self.table.waiting_kernel(s)
+        )
 
     async def kernel_session(self, kernel_id: str) -> Session:
         """The session of a running kernel (for the kernel's own requests)."""
         await self.table.refresh()
         s = self.table.session_for_kernel(kernel_id)
+        if s is None and kernel_id in self.table.waiting_kernels:
+            # a paused notebook's new kernel asking from a cell: it runs code, it is a session
+            self.table.kernel_use.saw_code(kernel_id)
+            await self.table.refresh()
+            s = self.table.session_for_kernel(kernel_id)
         if s is None:
             raise NotFound(
                 "the server knows no notebook session for this kernel", "unknown-session"
@@ -375,12 +406,16 @@ class Lifecycle:
                     f"into_kernel {into_kernel} is not the running kernel of {s.path}",
                     "bad-into-kernel",
                 )
-            if live and into_kernel is None:
+            # A kernel that ran nothing (JupyterLab's, on opening the notebook) is taken as is
+            adopt = bool(live) and into_kernel is None and await self.ran_nothing(live)
+            if live and into_kernel is None and not adopt:
                 raise WrongState(
-                    f"{s.path} already has a running kernel ({live}); resuming would overwrite "
-                    "its variables. Pass into_kernel to restore into it, or shut it down first.",
+                    f"{s.path} already has a running kernel ({live}) that has run code; "
+                    "resuming would overwrite its variables. Pass into_kernel to restore into "
+                    "it, or shut it down first.",
                     "kernel-exists",
                 )
+            into_kernel = live if adopt else into_kernel
             # one server at a time: 409 resumed-elsewhere, 503 when the queue cannot tell
             await self.capacity.claim(s.id)
             s.state, s.error, s.message = "restoring", None, "Resume asked"
@@ -388,6 +423,6 @@ class Lifecycle:
             self.capacity.claimed(s.id)
             await self.table.persist(s)
             op = Op("resume", s, kernel_id=into_kernel)
-            options = ResumeOptions(tuple(ids), device, into_kernel)
+            options = ResumeOptions(tuple(ids), device, into_kernel, adopt)
             self.ops.start(op, Resume(self, s, op, options).run())
             return s

@@ -29,6 +29,7 @@ DRY_RUN_TIMEOUT = 30.0
 MAX_BACKOFF = 3600.0  # longest wait between two attempts of a failing auto-pause
 ACCOUNTING_SAVE = 60.0  # seconds between two saves of a session's GPU-seconds
 RECLAIMING = ("paused", "waiting")  # states whose GPUs a pause gave back
+KERNEL_ACTIONS = "https://events.jupyter.org/jupyter_server/kernel_actions/v1"
 
 
 @dataclass
@@ -60,8 +61,10 @@ class Monitor:
         capture: str,
         user: str,
         log,
+        event_logger=None,
     ):
         self.lc = lifecycle
+        self.event_logger = event_logger  # jupyter_server's: kernel starts (kernel_actions)
         self.user = user  # what policies' match.user is compared with
         self.bridge = lifecycle.bridge
         self.policies = policies
@@ -77,6 +80,7 @@ class Monitor:
             subscribe=getattr(self.bridge, "subscribe_iopub", None),  # a gateway's kernels
         )
         lifecycle.user_busy = self.tracker.is_busy
+        lifecycle.table.kernel_use = self.tracker  # which kernels ran a person's code
         self.ledger = Ledger(lifecycle.records)
         self.watches: dict[str, Watch] = {}
         self._task: asyncio.Task | None = None
@@ -98,8 +102,22 @@ class Monitor:
     def start(self) -> None:
         self._task = asyncio.ensure_future(self._loop())
         self._outrank_jupyter_culler()
+        if self.event_logger is not None:
+            self.event_logger.add_listener(schema_id=KERNEL_ACTIONS, listener=self._kernel_action)
+
+    async def _kernel_action(self, logger, schema_id: str, data: dict) -> None:
+        """A kernel started: watch it from its first message on, not from the next pass, so
+        that a cell run at once in a paused notebook's new kernel makes it a session."""
+        if data.get("action") == "start" and data.get("status") == "success":
+            kid = data.get("kernel_id")
+            if kid and self.bridge.is_running(kid):
+                self.tracker.watch(kid)
 
     async def stop(self) -> None:
+        if self.event_logger is not None:
+            self.event_logger.remove_listener(
+                schema_id=KERNEL_ACTIONS, listener=self._kernel_action
+            )
         tasks = [self._task, *self._outcomes, *(w.warning for w in self.watches.values())]
         tasks = [t for t in tasks if t is not None]
         for t in tasks:
@@ -180,14 +198,11 @@ class Monitor:
             if s.state in RUNNING and self.bridge.is_running(s.kernel_id)
         ]
         # Track every live kernel, pausing ones included: dropping one mid-pause would forget
-        # its idle clock and restart it from the pause attempt.
-        self.tracker.sync(
-            {
-                s.kernel_id
-                for s in self.lc.table.sessions.values()
-                if self.bridge.is_running(s.kernel_id)
-            }
-        )
+        # its idle clock and restart it from the pause attempt; and a paused notebook's new
+        # kernel, which its first cell makes a session, also while a resume is taking it.
+        kernels = [s.kernel_id for s in self.lc.table.sessions.values()]
+        kernels += [*self.lc.table.waiting_kernels, *self.lc.ops.kernel_ids()]
+        self.tracker.sync({k for k in kernels if self.bridge.is_running(k)})
         for sid in set(self.watches) - {s.id for s in self.lc.table.sessions.values()}:
             gone = self.watches.pop(sid)
             if gone.warning is not None:

@@ -34,6 +34,10 @@ class ResumeOptions:
     checkpoint_ids: tuple[str, ...]  # newest first: tried in this order
     device: str | None = None  # gpu | cpu | any; None: gpu for a GPU session, else as is
     into_kernel: str | None = None
+    # into_kernel is the notebook's kernel that has run nothing (lifecycle.ran_nothing): taken
+    # as a warm kernel is, through the capacity queue and taking on the grant's environment,
+    # and only if it has still run nothing when the restore begins
+    adopt: bool = False
 
 
 def _duration(seconds: float) -> str:
@@ -141,7 +145,8 @@ class Resume:
             raise AgentFailed(NONE_VALID, "integrity")
         while True:
             self.clock.enter("capacity")
-            grant = Grant(device="none") if into else await self._capacity(manifest)
+            adopt = self.options.adopt
+            grant = Grant(device="none") if into and not adopt else await self._capacity(manifest)
             s.state, s.queue_position, s.waiting = "restoring", None, None
             s.device = None if grant.device == "none" else grant.device
             s.grant = None
@@ -167,7 +172,8 @@ class Resume:
                     self.op.kernel_id = kid
                     manifest, report = await self._restore_into(kid, manifest, grant)
             except AgentFailed as e:
-                if e.reason != "gpu-oom" or self.requeued or grant.device != "gpu":
+                # (a kernel that is not ours stays as the restore left it: no second try)
+                if e.reason != "gpu-oom" or self.requeued or grant.device != "gpu" or into:
                     raise
                 await self._back_in_line(e)
                 continue
@@ -181,7 +187,7 @@ class Resume:
         lc = self.lc
         device = "any" if grant.any else {"gpu": "gpu", "cpu": "cpu"}.get(grant.device, "any")
         become = {}
-        if self.warm:  # what bridge.start would have given a new kernel
+        if self.warm or self.options.adopt:  # what bridge.start would have given a new kernel
             s = self.s
             become = {
                 "environ": lc.bridge.session_environ(s.path, s.name, grant.env),
@@ -202,6 +208,7 @@ class Resume:
                         "store_timeout": lc.settings.store_timeout,
                         "device": device,
                         "fallbacks": fallbacks,
+                        "only_if_unused": self.options.adopt,
                         **become,
                     },
                     # the agent reads every blob first: its last "reading" progress ends that

@@ -5,6 +5,10 @@ Operations (pause, resume, cull) change sessions through ``persist`` and ``recor
 which never raise: an outcome is not undone because the records database failed. Every saved
 change also tells the capacity queue (``on_change``): a pause or a kernel's end gives its GPU
 back to the machine's line at once.
+
+One row per notebook: a kernel that JupyterLab starts on opening a paused notebook, and that
+has run no code of a person's, is not a session of its own but waits for that notebook's
+resume, which restores into it (``waiting_kernels``). Its first cell makes it a session.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import asyncio
 import posixpath
 import re
 from collections.abc import Callable
+from typing import Protocol
 
 from .errors import NotFound
 from .kernels import KernelBridge
@@ -28,6 +33,24 @@ _TEMPORARY = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-
 
 def temporary_path(path: str) -> bool:
     return _TEMPORARY.fullmatch(posixpath.basename(path)) is not None
+
+
+def resumable(s: Session) -> bool:
+    """A session whose notebook comes back by a resume: paused, failed with a checkpoint, or
+    with its resume under way."""
+    return s.state in ("paused", "waiting", "restoring") or (
+        s.state == "failed" and s.checkpoint is not None
+    )
+
+
+class KernelUse(Protocol):
+    """Which kernels have run a person's code (``activity.ActivityTracker``)."""
+
+    def ran_code(self, kernel_id: str) -> bool: ...
+
+    def saw_code(self, kernel_id: str) -> None: ...
+
+    def watch(self, kernel_id: str) -> None: ...
 
 
 # The events that end a pause or a resume, and which operation each ends
@@ -78,6 +101,11 @@ class SessionTable:
         # deliveries (the records' outbox), in one transaction, so none is lost to a restart.
         self.outbox = None
         self.sessions: dict[str, Session] = {}
+        # set by the monitor; None: every kernel counts as used, each one a session
+        self.kernel_use: KernelUse | None = None
+        # kernel id -> notebook path: kernels that ran nothing, on a paused notebook's path
+        # (or still on JupyterLab's temporary one), waiting for its resume; no row of their own
+        self.waiting_kernels: dict[str, str] = {}
         self._refreshing = asyncio.Lock()
 
     def __iter__(self):
@@ -103,9 +131,11 @@ class SessionTable:
         live = await self.bridge.jupyter_sessions()
         by_kernel = {s.kernel_id: s for s in self.sessions.values() if s.kernel_id}
         busy_kernels = self.ops.kernel_ids()
+        comeback = {s.path for s in self.sessions.values() if resumable(s)}
         paths: dict[str, list[str]] = {}  # a kernel's Jupyter sessions, by path
         for js in live:
             paths.setdefault(js["kernel"]["id"], []).append(js["path"])
+        waiting: dict[str, str] = {}
         for js in live:
             kid = js["kernel"]["id"]
             known = by_kernel.get(kid)
@@ -116,6 +146,9 @@ class SessionTable:
                 continue
             if kid in busy_kernels:
                 continue
+            if self._waits(kid, paths[kid], comeback):
+                waiting[kid] = next((p for p in paths[kid] if p in comeback), js["path"])
+                continue
             s = Session(
                 path=js["path"],
                 name=js.get("name") or "",
@@ -125,7 +158,11 @@ class SessionTable:
                 cwd=posixpath.dirname(js["path"]),
             )
             self.sessions[s.id] = s
+            by_kernel[kid] = s  # (a kernel in two Jupyter sessions: Lab's renaming) one row
             await self.records.save(s)
+        self.waiting_kernels = waiting
+        for kid in waiting:  # its first cell makes it a session: watch it from now on
+            self.kernel_use.watch(kid)
         for s in list(self.sessions.values()):
             if (
                 s.state in RUNNING + ("pausing",)
@@ -133,6 +170,20 @@ class SessionTable:
                 and not self.bridge.is_running(s.kernel_id)
             ):
                 await self.kernel_gone(s)
+
+    def _waits(self, kid: str, paths: list[str], comeback: set[str]) -> bool:
+        """A kernel that ran nothing, opened for a paused notebook (or not yet renamed from
+        JupyterLab's temporary path, so that it never has a row of its own to lose): it waits
+        for the resume instead of being a session."""
+        if self.kernel_use is None or self.kernel_use.ran_code(kid):
+            return False
+        return any(p in comeback for p in paths) or all(temporary_path(p) for p in paths)
+
+    def waiting_kernel(self, s: Session) -> str | None:
+        """The kernel that the notebook of a paused session has open and a resume takes."""
+        if not resumable(s):
+            return None
+        return next((k for k, p in self.waiting_kernels.items() if p == s.path), None)
 
     async def kernel_gone(self, s: Session) -> None:
         """The kernel ended outside a pause: keep a record only if a checkpoint exists."""

@@ -40,15 +40,23 @@ def session_json(
     notice: str | None = None,
     gpu_session: bool = False,
     elsewhere: str | None = None,
+    open_kernel: str | None = None,
 ) -> dict:
     """``busy``: a person's cell runs (from the monitor); None falls back to Jupyter's view.
 
     ``notice``: a problem that affects this session now (a missing signing key), said in its
     message in place of the stored one. ``elsewhere``: the server that runs this session now
-    (resumed there from the shared store), when it is not running here.
+    (resumed there from the shared store), when it is not running here. ``open_kernel``: the
+    kernel the paused notebook has open, which has run nothing and which Resume restores into.
     """
     if elsewhere and not notice:
         notice = f"Running on {elsewhere}: resumed there. Open it there, or pause it there first"
+    if open_kernel and not notice and s.state == "paused":
+        before = f"{s.message.rstrip('. ')}. " if s.message else ""
+        notice = (
+            f"{before}The notebook is open with a new kernel that has run nothing yet: "
+            "Resume restores the saved variables into it"
+        )
     last = s.last_activity or (
         _as_utc(getattr(kernel, "last_activity", None)) if kernel is not None else None
     )
@@ -80,6 +88,7 @@ def session_json(
         "device": s.device,
         "gpu_session": gpu_session,
         "running_elsewhere": elsewhere,
+        "open_kernel": open_kernel,
         "error": s.error,
         "message": notice or _message(s, state, idle),
         "restore": s.restore,

@@ -27,6 +27,13 @@ export const API_ROOT = 'gpu-pause/api/';
 export const SERVER_EXTENSION_MISSING = 'server-extension-missing';
 
 /**
+ * Reason of the server's 409 when the notebook has a running kernel in which
+ * code was run: resuming would overwrite its variables unless told to
+ * (`into_kernel`).
+ */
+export const KERNEL_EXISTS = 'kernel-exists';
+
+/**
  * Reason given to the error raised when the server cannot be reached.
  */
 export const NETWORK_ERROR = 'network-error';

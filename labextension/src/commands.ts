@@ -14,7 +14,8 @@ import { DisposableSet, IDisposable } from '@lumino/disposable';
 import { Widget } from '@lumino/widgets';
 
 import { offersCpuResume } from './actions';
-import { GpuPauseAPI, GpuPauseError } from './api';
+import type { KernelGate } from './gate';
+import { GpuPauseAPI, GpuPauseError, KERNEL_EXISTS } from './api';
 import { bytesText, durationText } from './format';
 import { SessionsModel } from './model';
 import {
@@ -43,6 +44,8 @@ export interface ICommandsOptions {
   settings: () => Readonly<IGpuPauseSettings>;
   /** The notebook tracker, when notebooks are available. */
   tracker: INotebookTracker | null;
+  /** What keeps paused notebooks from starting a kernel, when it runs. */
+  gate?: KernelGate | null;
   /** Show the sessions panel. */
   openPanel: () => void;
   /** Translation of user-visible strings. */
@@ -73,7 +76,7 @@ export function notebookPath(panel: NotebookPanel): string {
  * Register the commands; dispose the result to remove them.
  */
 export function addCommands(options: ICommandsOptions): IDisposable {
-  const { api, commands, model, tracker, trans } = options;
+  const { api, commands, gate, model, tracker, trans } = options;
   let policies: Promise<IPolicy[]> | null = null;
 
   /** The notebook path a command's arguments name, else the current one. */
@@ -233,21 +236,42 @@ export function addCommands(options: ICommandsOptions): IDisposable {
   };
 
   /**
-   * Resume a paused or failed session, on `device` when given. A notebook
-   * that got a new kernel while paused is restored into it only if the user
-   * agrees: never overwrite its variables without asking.
+   * Resume a paused or failed session, on `device` when given. The server
+   * restores into a kernel the notebook opened while paused as long as that
+   * kernel has run nothing; once code ran in it, the server refuses
+   * (`kernel-exists`) and the user is asked before its variables are
+   * overwritten: never without asking.
    */
   const resume = async (
     session: ISession,
     device?: ResumeDevice
   ): Promise<ISession | void> => {
     const options: IResumeOptions = device ? { device } : {};
-    const kernel = Private.openKernel(tracker, session.path);
-    if (kernel && kernel !== session.kernel_id) {
+    // A paused notebook open here without a kernel starts one first, as
+    // JupyterLab does: the server restores into it.
+    const held = gate?.heldAt(session.path);
+    if (held) {
+      await gate!.release(held);
+    }
+    try {
+      return await api.resume(session.id, options);
+    } catch (error) {
+      if (!(error instanceof GpuPauseError) || error.reason !== KERNEL_EXISTS) {
+        throw error;
+      }
+      // The server now lists that kernel as a session of its own: show it
+      // behind the question.
+      await model.refresh().catch(() => undefined);
+      const kernel =
+        Private.openKernel(tracker, session.path) ??
+        (await Private.runningKernel(api, session));
+      if (!kernel) {
+        throw error;
+      }
       const result = await showDialog({
         title: trans.__('Restore into the running kernel?'),
         body: trans.__(
-          '%1 has a new kernel since it was paused. Restoring replaces the variables of that kernel with the saved ones.',
+          '%1 has a new kernel since it was paused, and code was run in it. Restoring replaces the variables of that kernel with the saved ones.',
           session.path
         ),
         buttons: [
@@ -258,9 +282,8 @@ export function addCommands(options: ICommandsOptions): IDisposable {
       if (!result.button.accept) {
         return;
       }
-      options.into_kernel = kernel;
+      return api.resume(session.id, { ...options, into_kernel: kernel });
     }
-    return api.resume(session.id, options);
   };
 
   disposables.add(
@@ -419,6 +442,25 @@ namespace Private {
     const panel = tracker?.find(p => notebookPath(p) === path);
     const kernel = panel?.sessionContext.session?.kernel;
     return kernel && kernel.connectionStatus === 'connected' ? kernel.id : null;
+  }
+
+  /**
+   * The running kernel of a session's notebook as the server lists it (the
+   * notebook may be open in another page), if any.
+   */
+  export async function runningKernel(
+    api: GpuPauseAPI,
+    session: ISession
+  ): Promise<string | null> {
+    const listed = await api.listSessions({ path: session.path });
+    const running = listed.find(
+      s =>
+        s.id !== session.id &&
+        s.path === session.path &&
+        s.kernel_id !== null &&
+        (s.state === 'active' || s.state === 'idle')
+    );
+    return running?.kernel_id ?? null;
   }
 
   /**

@@ -7,7 +7,12 @@ import {
   JupyterFrontEnd,
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
-import { ICommandPalette, Notification } from '@jupyterlab/apputils';
+import {
+  ICommandPalette,
+  ISessionContext,
+  ISessionContextDialogs,
+  Notification
+} from '@jupyterlab/apputils';
 import { DocumentRegistry } from '@jupyterlab/docregistry';
 import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
@@ -17,6 +22,7 @@ import { DisposableDelegate } from '@lumino/disposable';
 
 import { GpuPauseAPI } from './api';
 import { addCommands, notebookPath } from './commands';
+import { KernelGate } from './gate';
 import { gpuPauseIcon } from './icons';
 import { EventNotifier } from './notify';
 import { GpuPauseService } from './service';
@@ -45,12 +51,13 @@ const core: JupyterFrontEndPlugin<IGpuPause> = {
   autoStart: true,
   provides: IGpuPause,
   requires: [ITranslator],
-  optional: [INotebookTracker, ISettingRegistry],
+  optional: [INotebookTracker, ISettingRegistry, ISessionContextDialogs],
   activate: (
     app: JupyterFrontEnd,
     translator: ITranslator,
     tracker: INotebookTracker | null,
-    settingRegistry: ISettingRegistry | null
+    settingRegistry: ISettingRegistry | null,
+    dialogs: ISessionContext.IDialogs | null
   ): IGpuPause => {
     const trans = translator.load(TRANSLATION_DOMAIN);
     const api = new GpuPauseAPI({
@@ -60,9 +67,20 @@ const core: JupyterFrontEndPlugin<IGpuPause> = {
     const service = new GpuPauseService(api, app.serviceManager.events.stream);
     const { model } = service;
 
+    // Opening a paused notebook starts no kernel until Resume (gate.ts)
+    const gate = tracker
+      ? new KernelGate({ api, commands: app.commands, dialogs, trans })
+      : null;
+    if (gate) {
+      app.docRegistry.addWidgetExtension('Notebook', {
+        createNew: (nb: NotebookPanel) => gate.hold(nb)
+      });
+    }
+
     addCommands({
       api,
       commands: app.commands,
+      gate,
       model,
       settings: () => service.settings,
       tracker,

@@ -305,6 +305,12 @@ export interface ISession {
    * from the shared store; `null` when it does not run elsewhere.
    */
   running_elsewhere?: string | null;
+  /**
+   * The kernel a paused notebook has open (JupyterLab started it on opening
+   * the notebook) that has run nothing yet: Resume restores into it without
+   * asking. `null` otherwise.
+   */
+  open_kernel?: string | null;
   /** Why the last operation failed. */
   error: ISessionError | string | null;
   /** A one-line summary for the user. */

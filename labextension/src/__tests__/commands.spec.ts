@@ -5,6 +5,8 @@
  * The buttons of a waiting row reach the server: Cancel posts `cancel`,
  * "Resume on CPU now" posts `resume` with `{"device": "cpu"}`; and the
  * "Resume on CPU" command is offered only where it is a real choice.
+ * Resume asks the server first and asks the user only when the server says
+ * the notebook's kernel has run code (`kernel-exists`).
  *
  * The real commands, REST client and sessions model run; only the HTTP
  * layer (`ServerConnection.makeRequest`) answers canned responses, and
@@ -21,12 +23,15 @@ jest.mock('@jupyterlab/services', () => ({
 }));
 jest.mock('@jupyterlab/apputils', () => ({
   Notification: { warning: jest.fn(), error: jest.fn(), info: jest.fn() },
-  Dialog: {},
+  Dialog: {
+    cancelButton: (options: object) => ({ ...options, accept: false }),
+    warnButton: (options: object) => ({ ...options, accept: true })
+  },
   showDialog: jest.fn()
 }));
 jest.mock('@jupyterlab/notebook', () => ({}));
 
-import { Notification } from '@jupyterlab/apputils';
+import { Notification, showDialog } from '@jupyterlab/apputils';
 import { ServerConnection } from '@jupyterlab/services';
 import { CommandRegistry } from '@lumino/commands';
 import { IDisposable } from '@lumino/disposable';
@@ -65,6 +70,8 @@ describe('session commands', () => {
 
   beforeEach(() => {
     makeRequest.mockReset();
+    (showDialog as jest.Mock).mockReset();
+    (Notification.error as jest.Mock).mockReset();
     makeRequest.mockImplementation(
       async () => new Response(JSON.stringify(listed[0]), { status: 202 })
     );
@@ -139,6 +146,68 @@ describe('session commands', () => {
       ['POST', '/gpu-pause/api/sessions/s1/resume', { device: 'cpu' }]
     ]);
   });
+
+  it('resumes with one request and no dialog when the server takes the open kernel', async () => {
+    // Given a paused notebook, opened again with a kernel that has run nothing
+    await given(
+      makeSession({ state: 'paused', kernel_id: null, open_kernel: 'k2' })
+    );
+    // When the user clicks Resume
+    await commands.execute(CommandIDs.resume, { sessionId: 's1' });
+    // Then one resume is posted, naming no kernel, and nobody is asked
+    expect(requests()).toEqual([
+      ['POST', '/gpu-pause/api/sessions/s1/resume', {}]
+    ]);
+    expect(showDialog).not.toHaveBeenCalled();
+    expect(Notification.error).not.toHaveBeenCalled();
+  });
+
+  it.each([
+    { desc: 'agrees', accept: true },
+    { desc: 'cancels', accept: false }
+  ])(
+    'asks before restoring into a kernel that ran code, and the user $desc',
+    async ({ accept }) => {
+      // Given a paused notebook whose new kernel k2 has run code
+      const paused = makeSession({ state: 'paused', kernel_id: null });
+      const running = makeSession({ id: 's2', kernel_id: 'k2' });
+      await given(paused, running);
+      makeRequest.mockImplementation(async (url: string, init: RequestInit) => {
+        if (init.method === 'GET') {
+          return new Response(JSON.stringify({ sessions: [paused, running] }));
+        }
+        const body = JSON.parse(init.body as string);
+        return body.into_kernel
+          ? new Response(JSON.stringify(paused), { status: 202 })
+          : new Response(
+              JSON.stringify({
+                message: 'exp/train.ipynb already has a running kernel (k2)',
+                reason: 'kernel-exists'
+              }),
+              { status: 409 }
+            );
+      });
+      (showDialog as jest.Mock).mockResolvedValue({ button: { accept } });
+      // When the user clicks Resume
+      await commands.execute(CommandIDs.resume, { sessionId: 's1' });
+      // Then the server's refusal makes Lab ask, and only a yes restores into k2
+      expect(showDialog).toHaveBeenCalledTimes(1);
+      const resumes = requests().filter(([method]) => method === 'POST');
+      expect(resumes).toEqual([
+        ['POST', '/gpu-pause/api/sessions/s1/resume', {}],
+        ...(accept
+          ? [
+              [
+                'POST',
+                '/gpu-pause/api/sessions/s1/resume',
+                { into_kernel: 'k2' }
+              ]
+            ]
+          : [])
+      ]);
+      expect(Notification.error).not.toHaveBeenCalled();
+    }
+  );
 
   it.each([
     { desc: 'paused, GPU tensors', state: 'paused', gpu: 4e9, offered: true },

@@ -96,9 +96,11 @@ export class NotebookStateButton extends Widget {
       [CommandIDs.pause]: trans.__(
         'Save the kernel state to storage and release the GPU'
       ),
-      [CommandIDs.resume]: trans.__(
-        'Start a kernel and restore the saved variables'
-      ),
+      [CommandIDs.resume]: session.open_kernel
+        ? trans.__(
+            'Restore the saved variables into the kernel this notebook has open (it has run nothing yet)'
+          )
+        : trans.__('Start a kernel and restore the saved variables'),
       [CommandIDs.cancel]:
         session.state === 'waiting'
           ? trans.__('Leave the queue; the session stays paused.')
