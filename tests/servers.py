@@ -193,14 +193,20 @@ class Server:
         assert code == 200, body
         return {s["id"]: s for s in body["sessions"]}
 
-    def open_notebook(self, path: str) -> dict:
+    def open_kernel(self, path: str) -> str:
+        """Open a notebook as JupyterLab does; its kernel's id, whether or not that kernel is a
+        session of ours yet (on a paused notebook, one that has run nothing is not)."""
         code, js = self.api(
             "POST",
             "api/sessions",
             {"path": path, "type": "notebook", "name": path, "kernel": {"name": "python3"}},
         )
         assert code == 201, js
-        (s,) = [s for s in self.sessions().values() if s["kernel_id"] == js["kernel"]["id"]]
+        return js["kernel"]["id"]
+
+    def open_notebook(self, path: str) -> dict:
+        kid = self.open_kernel(path)
+        (s,) = [s for s in self.sessions().values() if s["kernel_id"] == kid]
         return s
 
     def wait_state(self, sid: str, states=("active", "idle", "paused", "failed")) -> dict:

@@ -200,10 +200,16 @@ def test_an_ambiguous_prefix_exits_2_listing_the_candidates(server, cli):
 
 
 def test_an_ambiguous_notebook_path_exits_2(server, cli):
-    # Given a notebook paused, then opened again in a new kernel: two sessions, one path
+    # Given a notebook paused, then opened again in a new kernel that ran a cell: two
+    # sessions, one path
     first = server.open_notebook("twice.ipynb")
     server.pause(first["id"])
-    second = server.open_notebook("twice.ipynb")
+    kid = server.open_kernel("twice.ipynb")
+    server.run(kid, "scratch = 1")
+    second = server.wait_until(
+        lambda: next((x for x in server.sessions().values() if x["kernel_id"] == kid), None),
+        "the new kernel's own session",
+    )
     # When a user pauses "twice.ipynb"
     result = cli("pause", "twice.ipynb")
     # Then exit 2 listing both, and nothing was paused
