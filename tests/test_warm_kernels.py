@@ -7,7 +7,6 @@ notebook's folder with the environment Jupyter gives a notebook's kernel, and ha
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 
@@ -189,6 +188,9 @@ def test_no_warm_kernel_for_a_session_another_server_runs(two_nodes):
         assert code == 200, cap
         return cap["warm_kernels"]
 
+    def checked(node) -> str | None:
+        return node.api("GET", "gpu-pause/api/capacity")[1]["warm_kernels_checked"]
+
     # Given a notebook paused on node 1, which keeps a warm kernel for it
     s = n1.open_notebook("shared.ipynb")
     n1.run(s["kernel_id"], SERVER_STATE)
@@ -203,7 +205,11 @@ def test_no_warm_kernel_for_a_session_another_server_runs(two_nodes):
     # Then node 1, seeing it run there, shuts its warm kernel down and keeps none
     n1.wait_until(lambda: n1.sessions()[s["id"]]["running_elsewhere"], "node 1 seeing node 2")
     n1.wait_until(lambda: pool(n1) == [], "node 1 without a warm kernel")
-    assert n1.api("GET", "api/kernels")[1] == [] and n1.kernel_pids() == []
-    # and keeps none while it runs there (the pool looks every 2 s)
-    time.sleep(5)
+    # (the pool lets go of it first, then waits for its shutdown)
+    n1.wait_until(lambda: n1.api("GET", "api/kernels")[1] == [], "node 1 with no kernel")
+    assert n1.kernel_pids() == []
+    # and keeps none while it runs there: two more looks (the second begun after the drop)
+    for _ in range(2):
+        seen = checked(n1)
+        n1.wait_until(lambda seen=seen: checked(n1) != seen, "node 1's warm pool looking again")
     assert pool(n1) == [] and n1.kernel_pids() == []

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 
-from ..store.format import check_checkpoint_id
+from ..store.format import check_checkpoint_id, iso
 from .capacity import Capacity, CapacityProvider, CapacityQueue
 from .check import DryRun
 from .checkpoints import Checkpoints
@@ -209,6 +209,7 @@ class Lifecycle:
     async def describe_capacity(self) -> dict:
         out = await self.capacity.describe({s.id: s.path for s in self.table.sessions.values()})
         out["warm_kernels"] = self.warm.describe() if self.warm else []
+        out["warm_kernels_checked"] = iso(self.warm.checked_at) if self.warm else None
         return out
 
     def user_cell_running(self, kernel_id: str) -> bool:

@@ -26,6 +26,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from dataclasses import dataclass, field
+from datetime import datetime
+
+from ..store.format import utcnow
 
 LOOK_SECONDS = 2.0  # between two looks at what the paused sessions need
 RETRY_SECONDS = 60.0  # before trying again a kernelspec whose warm kernel failed
@@ -56,6 +59,9 @@ class WarmKernels:
         self._loop_task: asyncio.Future | None = None
         # sessions being paused that asked for a warm kernel: session id -> packages so far
         self._pausing: dict[str, set[str]] = {}
+        # when the pool last finished a look (wall clock), so that an operator, or a test,
+        # can tell "it looked again and kept none" from "it has not looked yet"
+        self.checked_at: datetime | None = None
 
     # -- what resumes use ------------------------------------------------------------------
     async def take(self, kernel_name: str) -> str | None:
@@ -124,6 +130,7 @@ class WarmKernels:
         while True:
             try:
                 await self.reconcile()
+                self.checked_at = utcnow()
             except Exception:
                 self.log.exception("jupyter_gpu_pause: could not keep warm kernels")
             self._nudged.clear()
