@@ -14,10 +14,10 @@ import statistics
 import time
 from datetime import timedelta
 
-from jupyter_gpu_pause.server.model import Session
-from jupyter_gpu_pause.server.monitor import Monitor
-from jupyter_gpu_pause.server.policy import parse_policies
-from jupyter_gpu_pause.server.probes import GpuProbe
+from jupyter_gpu_pause.server.capacity.probes import GpuProbe
+from jupyter_gpu_pause.server.monitor.monitor import Monitor
+from jupyter_gpu_pause.server.monitor.policy import parse_policies
+from jupyter_gpu_pause.server.state.model import Session
 from jupyter_gpu_pause.store.format import utcnow
 
 POLICIES = parse_policies(

@@ -42,7 +42,7 @@ from baselines import as_bytes, raw_read, raw_write  # noqa: E402
 
 from jupyter_gpu_pause.kernel.capture import environment, make_plan, write_plan  # noqa: E402
 from jupyter_gpu_pause.kernel.restore import load_blobs, restore_objects  # noqa: E402
-from jupyter_gpu_pause.server.checkpoints import Checkpoints  # noqa: E402
+from jupyter_gpu_pause.server.state.checkpoints import Checkpoints  # noqa: E402
 from jupyter_gpu_pause.store import Signer, Store  # noqa: E402
 from jupyter_gpu_pause.store.format import new_checkpoint_id  # noqa: E402
 

@@ -64,8 +64,8 @@ def step(text: str) -> None:
 
 
 def nvml_checks() -> None:
-    from jupyter_gpu_pause.server.policy import first_match, parse_policies
-    from jupyter_gpu_pause.server.probes import NvmlProbe, process_tree
+    from jupyter_gpu_pause.server.capacity.probes import NvmlProbe, process_tree
+    from jupyter_gpu_pause.server.monitor.policy import first_match, parse_policies
 
     probe = NvmlProbe()
     check("NVML available", probe.available, str(probe.devices()))

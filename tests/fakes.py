@@ -9,7 +9,7 @@ from jupyter_server.services.kernels.kernelmanager import AsyncMappingKernelMana
 from jupyter_server.services.sessions.sessionmanager import SessionManager
 
 from jupyter_gpu_pause.server.capacity import CapacityProvider, Grant, Verdict
-from jupyter_gpu_pause.server.probes import GpuProbe, GpuUsage
+from jupyter_gpu_pause.server.capacity.probes import GpuProbe, GpuUsage
 
 
 class FakeProbe(GpuProbe):

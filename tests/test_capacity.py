@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from jupyter_gpu_pause.server.probes import GpuUsage
+from jupyter_gpu_pause.server.capacity.probes import GpuUsage
 from jupyter_gpu_pause.store import Store
 from jupyter_gpu_pause.store.integrity import Signer
 from jupyter_gpu_pause.store.keyfile import load_secret

@@ -10,7 +10,7 @@ from importlib.resources import files
 import jsonschema
 import yaml
 
-from jupyter_gpu_pause.server.bus import SCHEMA_ID
+from jupyter_gpu_pause.server.state.bus import SCHEMA_ID
 from tests.waiting import wait_for
 
 FIELDS = {"time", "session_id", "type", "reason", "detail", "path", "state", "kernel_id"}

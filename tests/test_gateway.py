@@ -19,7 +19,7 @@ import psutil
 import pytest
 import websocket
 
-from jupyter_gpu_pause.server.gateway import KernelKeys, issue_kernel_keys
+from jupyter_gpu_pause.server.kernels.gateway import KernelKeys, issue_kernel_keys
 from tests.gateway import KERNELSPEC, USER, Gateway, run_cell
 from tests.moto import BUCKET, PREFIX
 from tests.servers import TOKEN, Server

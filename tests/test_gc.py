@@ -730,7 +730,7 @@ def test_gc_on_one_server_while_another_pauses_reusing_old_blobs(tmp_path):
 
 
 async def test_stopping_the_server_never_leaves_its_gc_lock_behind(store_dir):
-    from jupyter_gpu_pause.server.maintenance import StoreMaintenance
+    from jupyter_gpu_pause.server.integrations.maintenance import StoreMaintenance
 
     # Given a server's maintenance collecting garbage in a store with many blobs
     store = Store(str(store_dir))

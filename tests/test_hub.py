@@ -13,7 +13,7 @@ import sys
 import psutil
 import pytest
 
-from jupyter_gpu_pause.server.hub import HubServer
+from jupyter_gpu_pause.server.integrations.hub import HubServer
 from tests.hubs import DEFAULT_SCOPES, STOP_SCOPES, WAIT, Hub
 from tests.servers import Server
 

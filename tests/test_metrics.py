@@ -10,7 +10,7 @@ import pytest
 
 from jupyter_gpu_pause.server import metrics
 from jupyter_gpu_pause.server.app import GpuPauseApp
-from jupyter_gpu_pause.server.probes import GpuUsage
+from jupyter_gpu_pause.server.capacity.probes import GpuUsage
 from jupyter_gpu_pause.store import GcBusy, StoreError
 from tests.fakes import FakeProbe
 from tests.scrape import Scrape, scrape

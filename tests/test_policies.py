@@ -9,8 +9,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from jupyter_gpu_pause.server.policy import PolicyError, parse_policies
-from jupyter_gpu_pause.server.probes import GpuUsage
+from jupyter_gpu_pause.server.capacity.probes import GpuUsage
+from jupyter_gpu_pause.server.monitor.policy import PolicyError, parse_policies
 from jupyter_gpu_pause.store.format import parse_iso
 from tests.fakes import FakeProbe
 from tests.test_faults import READBACK, READBACK_OK, STATE, manifests

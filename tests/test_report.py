@@ -15,10 +15,10 @@ from typing import NamedTuple
 
 import pytest
 
-from jupyter_gpu_pause.server.accounting import Ledger
-from jupyter_gpu_pause.server.model import Session
-from jupyter_gpu_pause.server.probes import GpuUsage
-from jupyter_gpu_pause.server.records import MIGRATIONS, Records
+from jupyter_gpu_pause.server.capacity.probes import GpuUsage
+from jupyter_gpu_pause.server.monitor.accounting import Ledger
+from jupyter_gpu_pause.server.state.model import Session
+from jupyter_gpu_pause.server.state.records import MIGRATIONS, Records
 from jupyter_gpu_pause.store.format import parse_iso
 from tests.fakes import FakeProbe
 from tests.waiting import wait_for

@@ -7,8 +7,8 @@ import asyncio
 
 import pytest
 
-from jupyter_gpu_pause.server.model import Session
-from jupyter_gpu_pause.server.slots import RestoreSlots, usable_cpus
+from jupyter_gpu_pause.server.lifecycle.slots import RestoreSlots, usable_cpus
+from jupyter_gpu_pause.server.state.model import Session
 from tests.test_faults import READBACK, READBACK_OK, STATE
 from tests.waiting import wait_for
 

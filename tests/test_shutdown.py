@@ -24,8 +24,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from jupyter_client import BlockingKernelClient
 
-from jupyter_gpu_pause.server.preemption import PreemptionPoller
-from jupyter_gpu_pause.server.shutdown import SigintStop
+from jupyter_gpu_pause.server.integrations.preemption import PreemptionPoller
+from jupyter_gpu_pause.server.integrations.shutdown import SigintStop
 from tests.servers import READBACK, STATE, WAIT, Server
 from tests.waiting import wait_for
 

@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from jupyter_gpu_pause.server.app import GpuPauseApp
-from jupyter_gpu_pause.server.config import ConfigError, check_store
+from jupyter_gpu_pause.server.config.checks import ConfigError, check_store
 from jupyter_gpu_pause.store.integrity import Signer
 from tests.servers import READBACK, STATE, Server
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_gpu_pause.server.records import MIGRATIONS, Records
+from jupyter_gpu_pause.server.state.records import MIGRATIONS, Records
 from tests.http import request
 from tests.receivers import SECRET, Receiver, closed_port_url, example
 from tests.scrape import Scrape

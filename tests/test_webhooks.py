@@ -19,7 +19,7 @@ from types import SimpleNamespace
 import pytest
 from prometheus_client import REGISTRY
 
-from jupyter_gpu_pause.server.probes import GpuUsage
+from jupyter_gpu_pause.server.capacity.probes import GpuUsage
 from tests.fakes import FakeProbe
 from tests.receivers import EXAMPLE, SECRET, Receiver, closed_port_url, example
 from tests.waiting import wait_for

@@ -21,7 +21,7 @@ from jupyter_core.application import JupyterApp
 from traitlets import Bool, Unicode
 
 from ..server.app import GpuPauseApp
-from ..server.maintenance import StoreMaintenance
+from ..server.integrations.maintenance import StoreMaintenance
 from ..store import GcBusy, Store, StoreError, gc, verify
 from ..store.keyfile import KeyFileError, load_secret
 from ..units import count_text, size_text

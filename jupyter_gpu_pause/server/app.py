@@ -32,7 +32,6 @@ from traitlets import (
 
 from ..store.keyfile import KeyFileError
 from ..store.retention import DEFAULT_RETENTION, parse_retention
-from .bus import EventBus
 from .capacity import (
     AutoCapacity,
     CapacityProvider,
@@ -45,31 +44,32 @@ from .capacity import (
     build_provider,
     is_postgres_url,
 )
-from .checkpoints import Checkpoints
-from .config import (
+from .capacity.probes import GpuProbe, NvmlProbe
+from .capacity.where import check_queue_url
+from .config.checks import (
     ConfigError,
     check_db_path,
     check_known_keys,
-    check_queue_url,
     check_secret_file,
     check_store,
 )
-from .gateway import GatewayKernels, build_bridge
-from .handlers import handlers
-from .hub import StopWhenPaused, hub_server
-from .lifecycle import Lifecycle
-from .maintenance import StoreMaintenance
-from .metrics import attach as attach_metrics
-from .monitor import Monitor
-from .operations import PauseSettings
-from .policy import DEFAULT_POLICIES, PolicyError, parse_policies
-from .preemption import PreemptionPoller
-from .probes import GpuProbe, NvmlProbe
-from .records import Records
-from .shutdown import EmergencyCheckpoint, SigintStop
-from .spares import WarmKernels
-from .traits import not_negative
-from .webhooks import WebhookSender, signing_key
+from .config.traits import not_negative
+from .integrations.hub import StopWhenPaused, hub_server
+from .integrations.maintenance import StoreMaintenance
+from .integrations.preemption import PreemptionPoller
+from .integrations.shutdown import EmergencyCheckpoint, SigintStop
+from .kernels.gateway import GatewayKernels, build_bridge
+from .lifecycle.lifecycle import Lifecycle
+from .lifecycle.operations import PauseSettings
+from .lifecycle.spares import WarmKernels
+from .monitor.monitor import Monitor
+from .monitor.policy import DEFAULT_POLICIES, PolicyError, parse_policies
+from .state.bus import EventBus
+from .state.checkpoints import Checkpoints
+from .state.records import Records
+from .telemetry.metrics import attach as attach_metrics
+from .telemetry.webhooks import WebhookSender, signing_key
+from .web.handlers import handlers
 
 
 def _data(*parts: str) -> str:
@@ -560,7 +560,7 @@ class GpuPauseApp(ExtensionApp):
         # Listeners of every lifecycle event (table.listeners): event bus, webhooks, metrics.
         # (telemetry wiring: one short block per listener below this line)
         # metrics on jupyter_server's /metrics: events, sessions by state, GPU-seconds
-        attach_metrics(self.lifecycle.table, self.monitor.ledger)
+        attach_metrics(self.lifecycle.table, self.monitor.ledger, self.lifecycle.capacity)
         # jupyter_events bus and signed webhooks (docs/webhooks.md); webhooks stop last
         self.lifecycle.table.listeners.append(EventBus(server.event_logger, self.log))
         # (built with no URL too: its start drops what the outbox holds for removed URLs)

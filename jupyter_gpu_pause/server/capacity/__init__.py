@@ -2,8 +2,12 @@
 
 ``base`` (what a provider decides with), ``providers`` (quota, nvml, unlimited, auto),
 ``queue`` (the FIFO line shared by servers: in a folder on one machine, ``folder``, or in
-PostgreSQL for a cluster, ``postgres``) and ``service`` (what resumes and the session table
-talk to).
+PostgreSQL for a cluster, ``postgres``; ``liveness`` tells a dead server's rows), ``service``
+(what resumes and the session table talk to), ``where`` (the queue's URL checked at start),
+``probes`` (GPU memory and utilisation of processes, through NVML) and ``gpu_sessions`` (which
+sessions are GPU sessions, what this server holds).
+
+Imports ``config`` and ``state``.
 """
 
 from .base import CapacityProvider, Grant, Holder, Need, UnlimitedCapacity, Verdict

@@ -15,7 +15,7 @@ from traitlets import Float, Int, validate
 from traitlets.config import LoggingConfigurable
 
 from ...units import count_text, size_text
-from ..traits import not_negative
+from ..config.traits import not_negative
 
 
 @dataclass(frozen=True)

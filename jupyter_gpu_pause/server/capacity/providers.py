@@ -10,9 +10,9 @@ from __future__ import annotations
 from traitlets import Int, TraitError, Type, validate
 
 from ...units import size_text
-from ..probes import GpuProbe
-from ..traits import not_negative
+from ..config.traits import not_negative
 from .base import CapacityProvider, Grant, Holder, Need, UnlimitedCapacity, Verdict, sessions_text
+from .probes import GpuProbe
 
 
 class QuotaCapacity(CapacityProvider):

@@ -24,8 +24,7 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
 
 from ...store.format import iso
-from ..errors import GpuPauseError, Unavailable, WrongState
-from ..metrics import CAPACITY_QUEUE_UP
+from ..state.errors import GpuPauseError, Unavailable, WrongState
 from .base import CapacityProvider, Grant, Holder, Need, Verdict
 from .queue import CapacityQueue, ClaimHolder, QueueUnavailable, Turn
 
@@ -101,7 +100,6 @@ class Capacity:
             self.changed()
 
     def _down(self, e: QueueUnavailable) -> None:
-        CAPACITY_QUEUE_UP.set(0)
         if self.unavailable is None:
             self.log.error(
                 "jupyter_gpu_pause: %s. Pauses go on; new resumes answer 503 "
@@ -113,7 +111,6 @@ class Capacity:
         self.unavailable = str(e)
 
     def _up(self) -> None:
-        CAPACITY_QUEUE_UP.set(1)
         if self.unavailable is not None:
             self.unavailable = None
             self.log.warning(

@@ -1,0 +1,8 @@
+"""Kernels: how the server reaches a kernel and its agent, wherever the kernel runs.
+
+``bridge`` (``KernelBridge``: start, shut down, run the agent, on jupyter_server's own kernel
+manager), ``gateway`` and ``gateway_channels`` (the same for kernels on a Jupyter Enterprise
+Gateway, with per-kernel keys).
+
+Imports ``config``, ``state`` and ``capacity`` (GPU probes of remote kernels).
+"""

@@ -1,0 +1,10 @@
+"""Lifecycle: pausing and resuming sessions, and everything that decides their state.
+
+``lifecycle`` (the service the handlers, monitor and integrations call), ``operations`` (one
+operation per session at a time, and the net under it), ``pause``, ``resume``, ``check`` (the
+dry run), ``recovery`` (sessions the store lost or gave back), ``sessions`` (the session table),
+``slots`` (restore concurrency), ``spares`` (warm kernels) and ``clock`` (phase timings).
+
+Imports ``config``, ``state``, ``capacity`` and ``kernels``; never ``telemetry``: metrics and
+webhooks listen to the events this room records.
+"""

@@ -1,0 +1,108 @@
+"""The dry run of a pause: what would be saved and skipped, now, writing and changing nothing.
+
+Refused while a person's cell runs: the dry run would wait behind it, and the dialog that asks
+needs an answer at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from ..state.errors import AgentFailed, GpuPauseError, WrongState
+from ..state.model import RUNNING, Session
+
+CHECK_TIMEOUT = 30.0  # seconds a dry run may take before the check gives up
+BUSY_GRACE = 1.0  # seconds a check waits for a cell that is just ending (its idle in flight)
+
+# Why a session that is not running cannot be checked, in words for the user.
+_NOT_CHECKABLE = {
+    "pausing": "a pause of it is already under way",
+    "paused": "its kernel is stopped, and its checkpoint lists what was saved",
+    "waiting": "it is waiting for a GPU to resume and has no kernel yet",
+    "restoring": "it is being resumed, so check again once its kernel runs",
+    "failed": "its last operation failed and there is no kernel to check",
+}
+
+
+def check_report(report: dict) -> dict:
+    """The agent's dry-run report as the REST answer, if it has the expected shape."""
+    objects, skipped, size = report.get("objects"), report.get("skipped"), report.get("bytes")
+    error, registered = report.get("error"), report.get("registered", [])
+    well_formed = (
+        isinstance(objects, list)
+        and all(isinstance(o, dict) and isinstance(o.get("name"), str) for o in objects)
+        and isinstance(skipped, list)
+        and all(isinstance(x, dict) and isinstance(x.get("name"), str) for x in skipped)
+        and isinstance(size, int)
+        and (error is None or isinstance(error, str))
+        and isinstance(registered, list)
+    )
+    if not well_formed:
+        raise AgentFailed(
+            "the kernel's agent sent a check report the server cannot read", "bad-agent-reply"
+        )
+    return {
+        "objects": objects,
+        "skipped": skipped,
+        "registered": registered,
+        "bytes": size,
+        "error": error,
+    }
+
+
+class DryRun:
+    def __init__(self, lc, s: Session):
+        self.lc, self.s = lc, s
+
+    async def run(self) -> dict:
+        lc, s = self.lc, self.s
+        self._require_checkable()
+        kid = s.kernel_id
+        if await self._still_busy(kid, BUSY_GRACE):
+            raise WrongState(
+                "the kernel is running a cell; check again when it has finished "
+                "(a pause asked now waits for the cell)",
+                "kernel-busy",
+            )
+        self._require_checkable()  # a pause may have begun while the cell ended
+        try:
+            report = await asyncio.wait_for(
+                lc.bridge.run_agent(kid, "check", {"capture": lc.settings.capture}),
+                CHECK_TIMEOUT,
+            )
+        except asyncio.TimeoutError:
+            if lc.user_cell_running(kid):
+                raise WrongState(
+                    "the kernel started running a cell during the check; check again when it "
+                    "has finished",
+                    "kernel-busy",
+                ) from None
+            raise GpuPauseError(
+                f"the kernel did not answer the check within {CHECK_TIMEOUT:g} s; nothing was "
+                "changed",
+                "check-timeout",
+            ) from None
+        except AgentFailed as e:
+            if e.reason == "agent-missing":
+                raise WrongState(e.message, e.reason) from None
+            raise
+        return check_report(report)
+
+    def _require_checkable(self) -> None:
+        s = self.s
+        if s.id in self.lc.ops or s.state not in RUNNING:
+            why = _NOT_CHECKABLE.get(s.state, "it has no running kernel")
+            raise WrongState(
+                f"cannot check what a pause would save: the session is {s.state} — {why}"
+            )
+        self.lc.require_agent(s, "check")
+
+    async def _still_busy(self, kernel_id: str, grace: float) -> bool:
+        """A person's cell runs, and still does after ``grace`` seconds."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + grace
+        while self.lc.user_cell_running(kernel_id):
+            if loop.time() >= end:
+                return True
+            await asyncio.sleep(0.05)
+        return False

@@ -1,0 +1,429 @@
+"""The one service the handlers call: the session table, admission of pauses and resumes, and
+what happens to a session when its kernel goes away.
+
+Each operation is its own class (``pause.Pause``, ``resume.Resume``, ``check.DryRun``) reading
+as one straight line; this module admits them (state checks under one lock, so two requests
+never start two operations) and gives them what they share: the bridge to Jupyter, the
+checkpoints, the records, the event log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from ...store.format import check_checkpoint_id, iso
+from ..capacity import Capacity, CapacityProvider, CapacityQueue
+from ..capacity.gpu_sessions import holders, is_gpu_session
+from ..kernels.bridge import KernelBridge
+from ..state.checkpoints import Checkpoints
+from ..state.errors import BadRequest, GpuPauseError, NotFound, Unavailable, WrongState
+from ..state.model import RUNNING, Session
+from ..state.records import Records
+from ..state.views import session_json
+from .check import DryRun
+from .operations import DEVICES, Op, Operations, PauseSettings
+from .pause import Pause
+from .recovery import Recovery
+from .resume import Resume, ResumeOptions
+from .sessions import SessionTable
+from .slots import RestoreSlots
+
+STOP_GRACE = 15.0  # seconds a stopping server waits for in-flight operations
+STARTUP_WAIT = 30.0  # seconds a request waits for the records to load before a 503
+# seconds a notebook's kernel has to say whether it ran code (a resume's admission waits for
+# it; one that is busy with a cell the server did not see ran code anyway)
+USAGE_WAIT = 20.0
+
+
+class Lifecycle:
+    def __init__(
+        self,
+        *,
+        bridge: KernelBridge,
+        records: Records,
+        checkpoints: Checkpoints,
+        provider: CapacityProvider,
+        queue: CapacityQueue | None,
+        settings: PauseSettings,
+        log,
+        gpu_kernelspecs: tuple[str, ...] = (),
+        resume_timeout: float = 0,
+        configured_provider: str | None = None,
+        restore_slots: int = 0,
+        rescan_interval: float = 0,
+    ):
+        self.rescan_interval = rescan_interval  # seconds between two reads of the store
+        self.bridge, self.records, self.checkpoints = bridge, records, checkpoints
+        self.settings, self.log = settings, log
+        self.gpu_kernelspecs, self.resume_timeout = tuple(gpu_kernelspecs), resume_timeout
+        self.capacity = Capacity(
+            provider,
+            queue,
+            self._gpu_holders,
+            log,
+            configured_provider,
+            live=self._live,
+        )
+        self.ops = Operations(self._rescue, log)
+        # resumes restoring at once (0: twice the CPUs this server may use); see slots.py
+        self.restore_slots = RestoreSlots(restore_slots)
+        self.table = SessionTable(bridge, records, self.ops, log, self.capacity.changed)
+        # Admission (state checks up to registering the operation) awaits I/O; one lock keeps
+        # two requests from both passing the checks and starting two operations.
+        self._admission = asyncio.Lock()
+        # set by the monitor: is a person's cell running? (our agent's requests excluded)
+        self.user_busy = None
+        self.maintenance = None  # set by the app: StoreMaintenance (retention, writer intents)
+        self.warm = None  # set by the app when warm_kernels is on: spares.WarmKernels
+        # Jupyter serves requests before extensions finish starting; until the records are
+        # loaded, an empty session list would tell a user their paused work is gone.
+        self._started = asyncio.Event()
+        self.start_error: str | None = None
+        self._recovery: asyncio.Future | None = None
+
+    # -- startup, sync -----------------------------------------------------------------------
+    async def start(self) -> None:
+        """Load records, repair what a stopped server left half-done, load the signing key."""
+        try:
+            await self.table.load()
+            await self.capacity.start()
+        except Exception as e:
+            self.start_error = f"{type(e).__name__}: {e}"
+            raise
+        finally:
+            self._started.set()
+        problem = await self.checkpoints.prepare_key()
+        if problem:
+            self.log.critical("jupyter_gpu_pause: %s", problem)
+        # The store is the source of truth: read it in the background (a slow store must not
+        # hold the API), bringing back sessions the records lost.
+        self._recovery = asyncio.ensure_future(self._recover())
+
+    async def _recover(self) -> None:
+        again = False
+        while True:
+            try:
+                await Recovery(self, again).run()
+            except Exception:
+                self.log.exception(
+                    "jupyter_gpu_pause: could not compare the records with the store"
+                )
+            if self.rescan_interval <= 0:
+                return
+            again = True
+            await asyncio.sleep(self.rescan_interval)
+
+    async def wait_started(self) -> None:
+        """Hold a request until the records are loaded; refuse every one if loading failed."""
+        try:
+            await asyncio.wait_for(self._started.wait(), STARTUP_WAIT)
+        except asyncio.TimeoutError:
+            raise Unavailable(
+                f"jupyter_gpu_pause is still loading its records after {STARTUP_WAIT:.0f} s "
+                "(GpuPauseApp.db_path on a slow disk?); try again shortly",
+            ) from None
+        if self.start_error:
+            raise Unavailable(
+                f"jupyter_gpu_pause could not load its records ({self.start_error}); "
+                "no session was changed. An administrator must fix the records database "
+                "(GpuPauseApp.db_path) and restart the server",
+            )
+
+    async def stop(self) -> None:
+        """Cancel what can still be cancelled; give the rest a bounded time to finish."""
+        if self._recovery is not None:
+            self._recovery.cancel()
+            await asyncio.gather(self._recovery, return_exceptions=True)
+        await self.ops.drain(STOP_GRACE)
+        await self.capacity.stop()
+
+    async def cull(self, session_id: str, reason: str) -> None:
+        """Shut the kernel down without a checkpoint (an admin's ``cull`` policy)."""
+        s = self.table.get(session_id)
+        if s.state not in RUNNING or s.id in self.ops:
+            raise WrongState(f"cannot cull: the session is {s.state}")
+        kernel_id = s.kernel_id
+        await self.bridge.shutdown(kernel_id)
+        await self.table.record_event(
+            s,
+            "culled",
+            reason,
+            kernel_id=kernel_id,
+            message=f"{s.path}: kernel shut down by {reason} without a checkpoint; "
+            "its variables are lost",
+        )
+        await self.table.kernel_gone(s)
+
+    async def _rescue(self, op: Op, escaped: BaseException | None) -> None:
+        """The last resort when an operation ended and left its session in flight.
+
+        A pause that never reached its commit point, with its kernel still running, is
+        ``active`` again; anything else is ``failed``, saying whether a checkpoint remains.
+        """
+        s = op.session
+        why = f"{type(escaped).__name__}: {escaped}" if escaped else "it ended without a result"
+        kernel_kept = (
+            op.kind == "pause" and not op.committed and self.bridge.is_running(s.kernel_id)
+        )
+        s.state = "active" if kernel_kept else "failed"
+        text = f"the {op.kind} stopped unexpectedly ({why})"
+        if kernel_kept:
+            text += "; the kernel was not touched"
+        s.progress = s.queue_position = None
+        s.error = {
+            "message": text,
+            "reason": "internal",
+            "state_intact": kernel_kept or bool(s.checkpoint),
+        }
+        s.message = s.error["message"]
+        await self.table.persist(s)
+        await self.table.record_event(
+            s, f"{op.kind}_failed", op.reason, message=text, error_reason="internal"
+        )
+
+    # -- shared by the operations ------------------------------------------------------------
+    def on_progress(self, s: Session):
+        def update(p: dict) -> None:
+            s.progress = {k: v for k, v in p.items() if k != "packages"}  # the pool's, not ours
+
+        return update
+
+    def require_agent(self, s: Session, verb: str) -> None:
+        """The session's kernel runs and speaks Python, so our agent can run in it."""
+        language = self.bridge.language(s.kernel_name)
+        if language != "python":
+            raise WrongState(f"pause is not supported for {language} kernels", "unsupported-kernel")
+        if not self.bridge.is_running(s.kernel_id):
+            raise WrongState(f"cannot {verb}: the session's kernel is not running", "no-kernel")
+
+    def gpu_session(self, s: Session) -> bool:
+        return is_gpu_session(s, self.gpu_kernelspecs)
+
+    def _live(self) -> set[str]:
+        """Sessions this server runs: a kernel, or an operation under way."""
+        return {s.id for s in self.table.sessions.values() if s.state not in ("paused", "failed")}
+
+    def _gpu_holders(self):
+        return holders(self.table.sessions.values(), self.gpu_kernelspecs, self.bridge.is_running)
+
+    async def describe_capacity(self) -> dict:
+        out = await self.capacity.describe({s.id: s.path for s in self.table.sessions.values()})
+        out["warm_kernels"] = self.warm.describe() if self.warm else []
+        out["warm_kernels_checked"] = iso(self.warm.checked_at) if self.warm else None
+        return out
+
+    def user_cell_running(self, kernel_id: str) -> bool:
+        if not self.bridge.is_running(kernel_id):
+            return False  # the caller's state checks say why
+        if self.user_busy and self.user_busy(kernel_id):
+            return True
+        busy = self.bridge.execution_state(kernel_id) == "busy"
+        return busy and not self.bridge.agent_running(kernel_id)
+
+    async def ran_nothing(self, kernel_id: str) -> bool:
+        """The kernel has run no code of a person's: a resume may restore into it unasked.
+
+        Asked of the kernel itself (its execution count), since code may have run before the
+        server watched it; any doubt (no answer, an operation under way) is a no. The restore
+        asks again as it begins (``ResumeOptions.adopt``): a cell sent meanwhile is never
+        overwritten.
+        """
+        use = self.table.kernel_use
+        if use is None or use.ran_code(kernel_id) or kernel_id in self.ops.kernel_ids():
+            return False
+        try:
+            asked = self.bridge.run_agent(kernel_id, "usage", {})
+            cells = (await asyncio.wait_for(asked, USAGE_WAIT)).get("cells_run")
+        except (GpuPauseError, asyncio.TimeoutError) as e:
+            self.log.info("jupyter_gpu_pause: kernel %s did not say what it ran: %r", kernel_id, e)
+            return False
+        if cells != 0:
+            use.saw_code(kernel_id)
+        return cells == 0
+
+    # -- queries -------------------------------------------------------------------------------
+    async def list(self, path: str | None = None, kernel_id: str | None = None) -> list[dict]:
+        await self.table.refresh()
+        found = [
+            s
+            for s in self.table.sessions.values()
+            if (path is None or s.path == path) and (kernel_id is None or s.kernel_id == kernel_id)
+        ]
+        return [self.view(s) for s in sorted(found, key=lambda s: (s.path, s.created))]
+
+    def view(self, s: Session) -> dict:
+        running = self.bridge.is_running(s.kernel_id)
+        kernel = self.bridge.kernel(s.kernel_id) if running else None
+        busy = self.user_busy(s.kernel_id) if running and self.user_busy else None
+        notice = self.checkpoints.key_problem if s.checkpoint and not running else None
+        elsewhere = None if running else self.capacity.elsewhere.get(s.id)
+        return session_json(
+            s, kernel, busy, notice, self.gpu_session(s), elsewhere, self.table.waiting_kernel(s)
+        )
+
+    async def kernel_session(self, kernel_id: str) -> Session:
+        """The session of a running kernel (for the kernel's own requests)."""
+        await self.table.refresh()
+        s = self.table.session_for_kernel(kernel_id)
+        if s is None and kernel_id in self.table.waiting_kernels:
+            # a paused notebook's new kernel asking from a cell: it runs code, it is a session
+            self.table.kernel_use.saw_code(kernel_id)
+            await self.table.refresh()
+            s = self.table.session_for_kernel(kernel_id)
+        if s is None:
+            raise NotFound(
+                "the server knows no notebook session for this kernel", "unknown-session"
+            )
+        return s
+
+    async def list_checkpoints(self, session_id: str) -> list[dict]:
+        self.table.get(session_id)
+        return await self.checkpoints.summaries(session_id)
+
+    async def events(self, since=None, session_id=None) -> list[dict]:
+        return await self.records.events(since=since, session_id=session_id)
+
+    def busy_sessions(self) -> set[str]:
+        """Sessions with a pause or resume in flight."""
+        return self.ops.session_ids()
+
+    def op_task(self, session_id: str):
+        op = self.ops.get(session_id)
+        return op.task if op else None
+
+    # -- pause ---------------------------------------------------------------------------------
+    async def pause(self, session_id: str, reason: str = "user") -> Session:
+        """Start (or join) a pause; returns at once with the session in ``pausing``."""
+        async with self._admission:
+            s = self.table.get(session_id)
+            op = self.ops.get(s.id)
+            if (op and op.kind == "pause") or (s.state == "paused" and not op):
+                return s  # join the running pause / already paused
+            if op or s.state not in RUNNING:
+                raise WrongState(f"cannot pause: the session is {s.state}")
+            self.require_agent(s, "pause")
+            await self.checkpoints.require_key()  # a checkpoint nobody could verify is no pause
+            busy = self.bridge.execution_state(s.kernel_id) == "busy"
+            s.state, s.error = "pausing", None
+            s.message = (
+                "Waiting for the running cell to finish before pausing"
+                if busy
+                else "Writing checkpoint"
+            )
+            s.progress = {
+                "phase": "waiting" if busy else "capturing",
+                "done_bytes": 0,
+                "total_bytes": None,
+            }
+            await self.table.persist(s)
+            op = Op("pause", s, kernel_id=s.kernel_id, reason=reason)
+            self.ops.start(op, Pause(self, s, op, reason).run())
+            return s
+
+    async def check(self, session_id: str) -> dict:
+        """What a pause would save and skip, now, without writing or changing anything."""
+        return await DryRun(self, self.table.get(session_id)).run()
+
+    async def cancel(self, session_id: str) -> Session:
+        s = self.table.get(session_id)
+        op = self.ops.get(s.id)
+        if op is None or s.state not in ("pausing", "waiting"):
+            raise WrongState(f"nothing to cancel: the session is {s.state}")
+        if op.committed:
+            raise WrongState(
+                "too late to cancel: the checkpoint is complete and the kernel is stopping"
+            )
+        await self.ops.cancel(op)
+        return s
+
+    async def delete(self, session_id: str, delete_checkpoints: bool = False) -> None:
+        s = self.table.get(session_id)
+        if s.state in RUNNING or s.id in self.ops:
+            raise WrongState(
+                f"cannot delete a session that is {s.state}; pause it or shut its kernel down first"
+            )
+        elsewhere = self.capacity.elsewhere.get(s.id)
+        if delete_checkpoints and elsewhere:
+            raise WrongState(
+                f"this session runs on {elsewhere}: its checkpoints are the state it pauses and "
+                "resumes from there. Pause it there first",
+                "resumed-elsewhere",
+            )
+        if delete_checkpoints:
+            for cid in await self.checkpoints.ids(s.id):
+                await self.checkpoints.delete(s.id, cid)
+                await self.table.record_event(s, "checkpoint_deleted", "user", checkpoint_id=cid)
+        del self.table.sessions[s.id]
+        await self.records.delete(s.id)
+        # Kept checkpoints would otherwise come back at the next start (recovery.py)
+        await self.table.record_event(s, "discarded", "user", delete_checkpoints=delete_checkpoints)
+
+    # -- resume --------------------------------------------------------------------------------
+    async def resume(
+        self,
+        session_id: str,
+        checkpoint_id: str | None = None,
+        device: str | None = None,
+        into_kernel: str | None = None,
+    ) -> Session:
+        """Start (or join) a resume; returns at once with the session ``restoring``, "Resume
+        asked": it shows ``waiting`` only once the capacity provider said there is no room.
+
+        Joining a resume that waits in line with ``device="cpu"`` takes it onto the CPU now.
+        """
+        async with self._admission:
+            s = self.table.get(session_id)
+            if device is not None and device not in DEVICES:
+                raise BadRequest(
+                    f"device must be one of {', '.join(DEVICES)}, not {device!r}", "bad-device"
+                )
+            if checkpoint_id is not None:
+                try:
+                    check_checkpoint_id(checkpoint_id)
+                except ValueError as e:
+                    raise BadRequest(str(e), "bad-checkpoint-id") from None
+            op = self.ops.get(s.id)
+            if op and op.kind == "resume":
+                if device == "cpu" and s.state == "waiting":
+                    op.control.cpu_now()
+                return s
+            if op or not (s.state == "paused" or (s.state == "failed" and s.checkpoint)):
+                raise WrongState(f"cannot resume: the session is {s.state}")
+            await self.checkpoints.require_key()
+            ids = await self.checkpoints.ids(s.id)
+            if checkpoint_id is not None:
+                if checkpoint_id not in ids:
+                    raise NotFound(
+                        f"session has no checkpoint {checkpoint_id}", "unknown-checkpoint"
+                    )
+                ids = [checkpoint_id]
+            if not ids:
+                raise WrongState(
+                    "cannot resume: the session has no checkpoint in the store", "no-checkpoint"
+                )
+            live = await self.bridge.kernel_for_path(s.path)
+            if into_kernel is not None and into_kernel != live:
+                raise BadRequest(
+                    f"into_kernel {into_kernel} is not the running kernel of {s.path}",
+                    "bad-into-kernel",
+                )
+            # A kernel that ran nothing (JupyterLab's, on opening the notebook) is taken as is
+            adopt = bool(live) and into_kernel is None and await self.ran_nothing(live)
+            if live and into_kernel is None and not adopt:
+                raise WrongState(
+                    f"{s.path} already has a running kernel ({live}) that has run code; "
+                    "resuming would overwrite its variables. Pass into_kernel to restore into "
+                    "it, or shut it down first.",
+                    "kernel-exists",
+                )
+            into_kernel = live if adopt else into_kernel
+            # one server at a time: 409 resumed-elsewhere, 503 when the queue cannot tell
+            await self.capacity.claim(s.id)
+            s.state, s.error, s.message = "restoring", None, "Resume asked"
+            s.progress = {"phase": "asked", "done_bytes": 0, "total_bytes": None}
+            self.capacity.claimed(s.id)
+            await self.table.persist(s)
+            op = Op("resume", s, kernel_id=into_kernel)
+            options = ResumeOptions(tuple(ids), device, into_kernel, adopt)
+            self.ops.start(op, Resume(self, s, op, options).run())
+            return s

@@ -1,0 +1,146 @@
+"""Running pauses and resumes: at most one per session, and each one ends in a defined state.
+
+``Pause`` and ``Resume`` handle every failure they can name. ``Operations`` is the net under
+them: whatever escapes an operation (a bug, an exception inside a failure handler), the session
+is handed to ``rescue`` so it never stays ``pausing``, ``waiting`` or ``restoring`` with no
+operation behind it — a state nobody could leave.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from ..state.model import Session
+
+DEVICES = ("gpu", "cpu", "any")  # where a resume may put the kernel (REST ``device``)
+IN_FLIGHT = ("pausing", "waiting", "restoring")
+
+
+@dataclass(frozen=True)
+class PauseSettings:
+    """What every capture is asked to do, from the admin's configuration."""
+
+    store_url: str
+    store_options: dict = field(default_factory=dict)
+    store_timeout: float = 30.0
+    # whose server this is and the folder it serves: recorded in every manifest, so a server
+    # that lost its records finds its own sessions in a store others share (recovery.py)
+    owner: str = ""
+    root_dir: str = ""
+    capture: str = "namespace"
+    max_checkpoint_bytes: int = 0
+    verify: bool = True
+
+
+@dataclass
+class Op:
+    kind: str  # "pause" | "resume"
+    session: Session
+    kernel_id: str | None = None  # pause: the kernel paused; resume: the kernel restored into
+    reason: str = "user"  # who asked: "user" or "policy:<name>", for the events
+    task: asyncio.Task | None = None
+    committed: bool = False  # pause: manifest verified, cancel no longer possible
+    control: object | None = None  # the running Pause or Resume (a resume: ``cpu_now``)
+    # set by whoever cancels a pause for its own reason (a stopping server, shutdown.py):
+    # called with the session instead of recording a user's cancel
+    abandon: Callable[[Session], Awaitable[None]] | None = None
+
+
+class Operations:
+    """The operations in flight, by session id."""
+
+    def __init__(self, rescue: Callable[[Op, BaseException | None], Awaitable[None]], log):
+        self._ops: dict[str, Op] = {}
+        self._rescue = rescue
+        self.log = log
+
+    def get(self, session_id: str) -> Op | None:
+        return self._ops.get(session_id)
+
+    def __contains__(self, session_id: str) -> bool:
+        return session_id in self._ops
+
+    def session_ids(self) -> set[str]:
+        return set(self._ops)
+
+    def kernel_ids(self) -> set[str]:
+        return {op.kernel_id for op in self._ops.values() if op.kernel_id}
+
+    def start(self, op: Op, body: Awaitable[None]) -> None:
+        """Run ``body`` as the session's operation; the session is registered until it ends."""
+        self._ops[op.session.id] = op
+        op.task = asyncio.ensure_future(self._run(op, body))
+
+    async def _run(self, op: Op, body: Awaitable[None]) -> None:
+        escaped: BaseException | None = None
+        try:
+            await body
+        except asyncio.CancelledError as e:
+            escaped = e
+            raise
+        except Exception as e:
+            escaped = e
+            self.log.exception("jupyter_gpu_pause: %s of %s failed", op.kind, op.session.path)
+        finally:
+            if self._ops.get(op.session.id) is op:
+                del self._ops[op.session.id]
+            if op.session.state in IN_FLIGHT:
+                await self._rescue(op, escaped)
+
+    async def cancel(self, op: Op) -> None:
+        """Cancel an operation and wait until it has settled its session."""
+        if op.task is not None:
+            op.task.cancel()
+            await asyncio.gather(op.task, return_exceptions=True)
+
+    async def drain(self, timeout: float) -> None:
+        """Server stop: cancel what is not committed, give the rest ``timeout`` seconds."""
+        for op in list(self._ops.values()):
+            if op.task and not op.committed:
+                op.task.cancel()
+        tasks = [op.task for op in self._ops.values() if op.task]
+        if tasks:
+            await asyncio.wait(tasks, timeout=timeout)
+
+
+def checkpoint_brief(m) -> dict:
+    """The ``checkpoint`` field of a Session, from a verified manifest."""
+    return {
+        "id": m.id,
+        "created": m.doc["created"],
+        "bytes": m.total_bytes,
+        "objects": len(m.doc["objects"]),
+        "skipped": len(m.doc["skipped"]),
+        "skipped_objects": m.doc["skipped"],
+        "gpu_bytes": gpu_bytes(m),
+        "packages": packages(m),
+    }
+
+
+def packages(m) -> list[str]:
+    """The packages a checkpoint's objects come from, which a warm kernel imports ahead of its
+    restore (``spares.py``); ``torch`` for a checkpoint of tensors written before they were
+    recorded."""
+    kernel = m.doc.get("kernel") or {}
+    names = [p for p in str(kernel.get("packages") or "").split(",") if p.isidentifier()]
+    if not names and m.doc.get("storages"):
+        names = ["torch"]
+    return names
+
+
+def gpu_bytes(m) -> int:
+    """GPU memory a checkpoint needs back: the bytes of its CUDA tensors."""
+    return sum(
+        int(b["bytes"]) for b in m.blobs.values() if str(b.get("device", "cpu")).startswith("cuda")
+    )
+
+
+def gpu_bytes_per_device(m) -> list[int]:
+    """GPU bytes of a checkpoint per saved CUDA device (the grant needs one GPU for each)."""
+    per: dict[str, int] = {}
+    for st in m.doc.get("storages", []):
+        if str(st.get("device", "cpu")).startswith("cuda"):
+            per[st["device"]] = per.get(st["device"], 0) + int(st.get("nbytes", 0))
+    return list(per.values())

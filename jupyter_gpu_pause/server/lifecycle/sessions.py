@@ -1,0 +1,247 @@
+"""The session table: every session this server tracks, kept in step with Jupyter's own
+sessions and saved in the records.
+
+Operations (pause, resume, cull) change sessions through ``persist`` and ``record_event``,
+which never raise: an outcome is not undone because the records database failed. Every saved
+change also tells the capacity queue (``on_change``): a pause or a kernel's end gives its GPU
+back to the machine's line at once.
+
+One row per notebook: a kernel that JupyterLab starts on opening a paused notebook, and that
+has run no code of a person's, is not a session of its own but waits for that notebook's
+resume, which restores into it (``waiting_kernels``). Its first cell makes it a session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import posixpath
+import re
+from collections.abc import Callable
+from typing import Protocol
+
+from ..kernels.bridge import KernelBridge
+from ..state.errors import NotFound
+from ..state.model import RUNNING, Session
+from ..state.records import Records, new_event
+from .operations import Operations
+
+# JupyterLab opens a notebook's session under a bare UUID in its folder, then renames it to the
+# notebook's path (SessionContext: a race on the server otherwise); while both exist for one
+# kernel, a tracked session keeps its real path.
+_TEMPORARY = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def temporary_path(path: str) -> bool:
+    return _TEMPORARY.fullmatch(posixpath.basename(path)) is not None
+
+
+def resumable(s: Session) -> bool:
+    """A session whose notebook comes back by a resume: paused, failed with a checkpoint, or
+    with its resume under way."""
+    return s.state in ("paused", "waiting", "restoring") or (
+        s.state == "failed" and s.checkpoint is not None
+    )
+
+
+class KernelUse(Protocol):
+    """Which kernels have run a person's code (``activity.ActivityTracker``)."""
+
+    def ran_code(self, kernel_id: str) -> bool: ...
+
+    def saw_code(self, kernel_id: str) -> None: ...
+
+    def watch(self, kernel_id: str) -> None: ...
+
+
+# The events that end a pause or a resume, and which operation each ends
+OUTCOMES = {
+    "paused": "pause",
+    "pause_failed": "pause",
+    "resumed": "resume",
+    "resume_failed": "resume",
+}
+
+
+def last_operation(event: dict, s: Session) -> bool:
+    """Keep an operation's outcome and phase timings on its session (``last_operation``), so
+    where a pause's or a resume's time went is in the session itself, not only in the log of
+    events. True when ``s`` changed."""
+    d = event["detail"]
+    op = OUTCOMES.get(event["type"]) or (
+        d.get("operation") if event["type"] == "cancelled" else None
+    )
+    if op is None or "timings" not in d:
+        return False
+    s.last_operation = {
+        "operation": op,
+        "outcome": event["type"],
+        "time": event["time"],
+        "duration_seconds": d.get("duration_seconds"),
+        "timings": d["timings"],
+        "gpu_released_seconds": d.get("gpu_released_seconds"),
+    }
+    return True
+
+
+class SessionTable:
+    def __init__(
+        self,
+        bridge: KernelBridge,
+        records: Records,
+        ops: Operations,
+        log,
+        on_change: Callable[[], None] = lambda: None,
+    ):
+        self.bridge, self.records, self.ops, self.log = bridge, records, ops, log
+        self.on_change = on_change
+        # Called with (event, session) after each event is recorded; synchronous and quick
+        # (they queue work of their own), so an operation never waits for them.
+        self.listeners: list[Callable[[dict, Session], None]] = []
+        # The webhook sender, when webhooks are set: it records each event together with its
+        # deliveries (the records' outbox), in one transaction, so none is lost to a restart.
+        self.outbox = None
+        self.sessions: dict[str, Session] = {}
+        # set by the monitor; None: every kernel counts as used, each one a session
+        self.kernel_use: KernelUse | None = None
+        # kernel id -> notebook path: kernels that ran nothing, on a paused notebook's path
+        # (or still on JupyterLab's temporary one), waiting for its resume; no row of their own
+        self.waiting_kernels: dict[str, str] = {}
+        self._refreshing = asyncio.Lock()
+
+    def __iter__(self):
+        return iter(list(self.sessions.values()))
+
+    async def load(self) -> None:
+        """Read the records; a resume a stopped server left waiting or restoring is paused."""
+        for s in await self.records.load_sessions():
+            self.sessions[s.id] = s
+            if s.state in ("waiting", "restoring"):
+                s.state, s.message = "paused", "Resume was interrupted by a server restart"
+                await self.records.save(s)
+        await self.refresh()
+
+    async def refresh(self) -> None:
+        """Track every Jupyter session's kernel; settle records whose kernel has gone."""
+        # The monitor and every GET call this; two passes interleaving at their awaits would
+        # each register the same new kernel (a duplicate row) or settle one session twice.
+        async with self._refreshing:
+            await self._refresh()
+
+    async def _refresh(self) -> None:
+        live = await self.bridge.jupyter_sessions()
+        by_kernel = {s.kernel_id: s for s in self.sessions.values() if s.kernel_id}
+        busy_kernels = self.ops.kernel_ids()
+        comeback = {s.path for s in self.sessions.values() if resumable(s)}
+        paths: dict[str, list[str]] = {}  # a kernel's Jupyter sessions, by path
+        for js in live:
+            paths.setdefault(js["kernel"]["id"], []).append(js["path"])
+        waiting: dict[str, str] = {}
+        for js in live:
+            kid = js["kernel"]["id"]
+            known = by_kernel.get(kid)
+            if known:
+                if known.path not in paths[kid] and not temporary_path(js["path"]):
+                    known.path, known.cwd = js["path"], posixpath.dirname(js["path"])
+                    await self.records.save(known)
+                continue
+            if kid in busy_kernels:
+                continue
+            if self._waits(kid, paths[kid], comeback):
+                waiting[kid] = next((p for p in paths[kid] if p in comeback), js["path"])
+                continue
+            s = Session(
+                path=js["path"],
+                name=js.get("name") or "",
+                type=js.get("type") or "notebook",
+                kernel_id=kid,
+                kernel_name=js["kernel"]["name"],
+                cwd=posixpath.dirname(js["path"]),
+            )
+            self.sessions[s.id] = s
+            by_kernel[kid] = s  # (a kernel in two Jupyter sessions: Lab's renaming) one row
+            await self.records.save(s)
+        self.waiting_kernels = waiting
+        for kid in waiting:  # its first cell makes it a session: watch it from now on
+            self.kernel_use.watch(kid)
+        for s in list(self.sessions.values()):
+            if (
+                s.state in RUNNING + ("pausing",)
+                and s.id not in self.ops
+                and not self.bridge.is_running(s.kernel_id)
+            ):
+                await self.kernel_gone(s)
+
+    def _waits(self, kid: str, paths: list[str], comeback: set[str]) -> bool:
+        """A kernel that ran nothing, opened for a paused notebook (or not yet renamed from
+        JupyterLab's temporary path, so that it never has a row of its own to lose): it waits
+        for the resume instead of being a session."""
+        if self.kernel_use is None or self.kernel_use.ran_code(kid):
+            return False
+        return any(p in comeback for p in paths) or all(temporary_path(p) for p in paths)
+
+    def waiting_kernel(self, s: Session) -> str | None:
+        """The kernel that the notebook of a paused session has open and a resume takes."""
+        if not resumable(s):
+            return None
+        return next((k for k, p in self.waiting_kernels.items() if p == s.path), None)
+
+    async def kernel_gone(self, s: Session) -> None:
+        """The kernel ended outside a pause: keep a record only if a checkpoint exists."""
+        if not s.checkpoint:
+            if self.sessions.pop(s.id, None) is not None:  # a cull and a refresh may both see it
+                await self.records.delete(s.id)
+                self.on_change()
+            return
+        s.state, s.kernel_id, s.gpu_devices_paused = "paused", None, 0  # no pause reclaimed it
+        s.device = s.grant = None
+        s.message = (
+            f"The kernel ended outside jupyter_gpu_pause; checkpoint {s.checkpoint['id']} "
+            "is the last saved state"
+        )
+        await self.persist(s)
+
+    async def persist(self, s: Session) -> None:
+        """Save a session's record; a failing records database is logged, never raised, so
+        the session's state in memory (what the API shows) is always the outcome."""
+        try:
+            await self.records.save(s)
+        except Exception:
+            self.log.exception("jupyter_gpu_pause: could not save the record of %s", s.path)
+        self.on_change()
+
+    async def record_event(self, s: Session, type_: str, reason: str, /, **detail) -> None:
+        """Add an event to the records (with its webhook deliveries), then hand it to every
+        listener (the event bus, metrics). Never raises: an outcome is not undone because it
+        could not be logged, and a failing listener neither stops the others nor the
+        operation."""
+        self.log.info("gpu-pause %s %s (%s): %s", type_, s.path, reason, detail.get("message", ""))
+        event = new_event(s.id, type_, reason, detail)
+        try:
+            if last_operation(event, s):
+                await self.persist(s)
+            if self.outbox is not None:
+                await self.outbox.record(event, s)
+            else:
+                await self.records.add_event(event)
+        except Exception:
+            self.log.exception("jupyter_gpu_pause: could not record the %s event", type_)
+        for listener in self.listeners:
+            try:
+                listener(event, s)
+            except Exception:
+                self.log.exception("jupyter_gpu_pause: a listener failed on the %s event", type_)
+
+    async def merge_into(self, s: Session, kernel_id: str) -> None:
+        """A resume into a running kernel: that kernel's own record merges into ``s``."""
+        for other in [o for o in self.sessions.values() if o.kernel_id == kernel_id and o is not s]:
+            del self.sessions[other.id]
+            await self.records.delete(other.id)
+
+    def get(self, session_id: str) -> Session:
+        try:
+            return self.sessions[session_id]
+        except KeyError:
+            raise NotFound(f"no session with id {session_id!r}", "unknown-session") from None
+
+    def session_for_kernel(self, kernel_id: str) -> Session | None:
+        return next((s for s in self.sessions.values() if s.kernel_id == kernel_id), None)

@@ -1,0 +1,162 @@
+"""GPU-hour accounting: what the idle monitor's ticks add up to, and the report built from it.
+
+Every figure counts per device: a kernel holding two GPUs for an hour held two GPU-hours.
+*Held* accrues while a running kernel holds GPU memory, *idle* is the part of it without
+activity, *reclaimed* accrues while a session that held GPUs when it was paused stays paused
+(or waits to resume). The monitor hands over intervals; the ledger adds them to the session's
+totals at once and keeps them by UTC hour in memory until the tick's end, when one transaction
+writes them all. Hour rows let a report start at any hour ("24h") and still draw whole days.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import date, datetime, timedelta, timezone
+
+from ...store.format import iso, parse_iso, utcnow
+from ...units import duration_seconds
+from ..state.errors import BadRequest
+
+DEFAULT_WINDOW = timedelta(days=30)
+MAX_DAYS = 90  # longest per-day series a report carries (the latest days of its window)
+_KINDS = ("held", "idle", "reclaimed")
+
+
+def parse_since(text: str | None, now: datetime) -> datetime:
+    """``since`` of a report: an ISO 8601 time or a duration back from now (``7d``, ``24h``)."""
+    if text is None or not text.strip():
+        return now - DEFAULT_WINDOW
+    raw = text.strip()
+    try:
+        back = duration_seconds(raw, bare=False)
+        if back is not None:
+            return now - timedelta(seconds=back)
+        return parse_iso(raw)
+    except (ValueError, OverflowError):
+        raise BadRequest(
+            f"since must be an ISO 8601 time such as 2026-12-02T10:15:00Z or a duration such "
+            f"as 7d, 24h or 90m, not {text!r}",
+            "bad-query",
+        ) from None
+
+
+def floor_hour(t: datetime) -> datetime:
+    return t.astimezone(timezone.utc).replace(minute=0, second=0, microsecond=0)
+
+
+def hour_key(t: datetime) -> str:
+    """``2026-12-02T10``: sorts as text (years below 1000 zero-padded, unlike strftime)."""
+    t = t.astimezone(timezone.utc)
+    return f"{t.year:04d}-{t.month:02d}-{t.day:02d}T{t.hour:02d}"
+
+
+def hour_slices(start: datetime, end: datetime) -> list[tuple[str, float]]:
+    """``[start, end)`` cut at hour boundaries: (hour key, seconds in that hour)."""
+    out = []
+    t = start
+    while t < end:
+        nxt = min(end, floor_hour(t) + timedelta(hours=1))
+        out.append((hour_key(t), (nxt - t).total_seconds()))
+        t = nxt
+    return out
+
+
+def _hours(seconds: float) -> float:
+    return round(seconds / 3600, 4)
+
+
+def _figures(held: float, idle: float, reclaimed: float) -> dict:
+    return {
+        "gpu_hours_held": _hours(held),
+        "gpu_hours_idle": _hours(idle),
+        "gpu_hours_reclaimed": _hours(reclaimed),
+    }
+
+
+class Ledger:
+    """GPU-seconds of every session: totals on the session, hourly rows in the records."""
+
+    def __init__(self, records):
+        self.records = records
+        self._pending: dict[tuple[str, str], list] = {}  # (hour, session id) -> [path, h, i, r]
+        # told (held, idle, reclaimed) GPU-seconds as they accrue: the metrics' counters
+        self.listeners: list[Callable[[float, float, float], None]] = []
+
+    def add(self, s, start: datetime, end: datetime, **devices: int) -> None:
+        """Count ``[start, end)`` for session ``s``; ``held=2, idle=2`` means two GPUs, idle."""
+        seconds = (end - start).total_seconds()
+        if seconds <= 0:
+            return
+        factors = [devices.get(k, 0) for k in _KINDS]
+        s.gpu_seconds_held += seconds * factors[0]
+        s.gpu_seconds_idle += seconds * factors[1]
+        s.gpu_seconds_reclaimed += seconds * factors[2]
+        for hour, part in hour_slices(start, end):
+            self._merge(hour, s.id, s.path, *(part * f for f in factors))
+        for listener in self.listeners:
+            listener(*(seconds * f for f in factors))
+
+    def _merge(self, hour: str, sid: str, path: str, held, idle, reclaimed) -> None:
+        row = self._pending.setdefault((hour, sid), [path, 0.0, 0.0, 0.0])
+        row[0] = path
+        row[1] += held
+        row[2] += idle
+        row[3] += reclaimed
+
+    async def flush(self) -> None:
+        """Write what was counted since the last flush, in one transaction."""
+        if not self._pending:
+            return
+        pending, self._pending = self._pending, {}
+        rows = [(hour, sid, *values) for (hour, sid), values in pending.items()]
+        try:
+            await self.records.add_accounting(rows)
+        except Exception:  # rolled back: keep the seconds for the next flush
+            for row in rows:
+                self._merge(*row)
+            raise
+        # (cancelled while waiting: the write is queued on the records thread and still runs)
+
+    async def report(self, since: str | None, sessions: dict, now: datetime | None = None):
+        """GPU-hours from ``since`` (floored to the hour) until now: total, per session, per day.
+
+        The day series runs over every UTC day of the window (zeros where nothing was counted,
+        so a chart has a continuous axis), the latest ``MAX_DAYS`` of it at most.
+        """
+        now = now or utcnow()
+        start = floor_hour(parse_since(since, now))
+        await self.flush()
+        data = await self.records.accounting(hour_key(start))
+        rows = []
+        totals = [0.0, 0.0, 0.0]
+        for sid, path, held, idle, reclaimed in data["sessions"]:
+            if not (held or idle or reclaimed):
+                continue
+            live = sessions.get(sid)
+            rows.append(
+                {
+                    "session_id": sid,
+                    "path": live.path if live is not None else path,
+                    **_figures(held, idle, reclaimed),
+                }
+            )
+            totals = [a + b for a, b in zip(totals, (held, idle, reclaimed), strict=True)]
+        rows.sort(key=lambda r: (-r["gpu_hours_held"], -r["gpu_hours_reclaimed"], r["path"]))
+        by_day = {day: values for day, *values in data["days"]}
+        return {
+            "since": iso(start),
+            "until": iso(now),
+            "total": _figures(*totals),
+            "sessions": rows,
+            "days": [
+                {"day": day, **_figures(*by_day.get(day, (0.0, 0.0, 0.0)))}
+                for day in _days(start.date(), now.date())
+            ],
+        }
+
+
+def _days(first: date, last: date) -> list[str]:
+    if first > last:
+        return []
+    first = max(first, last - timedelta(days=MAX_DAYS - 1))
+    return [(first + timedelta(days=i)).isoformat() for i in range((last - first).days + 1)]

@@ -1,0 +1,456 @@
+"""The idle monitor: every ``poll_interval`` it looks at each running session and applies the
+first matching policy — warn, then pause (or cull), never a busy kernel, never twice.
+
+Activity is what a person does: cells (``execute_request``) and widget messages. The UI's own
+polling (kernel_info, comm_info), the debugger and our agent's silent requests do not count;
+a GPU busy above the policy's ``gpu_idle_below`` does.
+
+One session never holds up the others: the dry run behind a warning runs in a task of its own
+(a kernel that does not answer only delays its own warning), and a failure while looking at one
+session is logged and the pass goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from ...store.format import iso, utcnow
+from ..capacity.probes import GpuProbe, process_tree
+from ..lifecycle.check import check_report
+from ..state.errors import BadRequest, GpuPauseError, WrongState
+from ..state.model import RUNNING, gpu_device_count
+from .accounting import Ledger
+from .activity import ActivityTracker
+from .policy import Policy, first_match
+
+DRY_RUN_TIMEOUT = 30.0
+MAX_BACKOFF = 3600.0  # longest wait between two attempts of a failing auto-pause
+ACCOUNTING_SAVE = 60.0  # seconds between two saves of a session's GPU-seconds
+RECLAIMING = ("paused", "waiting")  # states whose GPUs a pause gave back
+KERNEL_ACTIONS = "https://events.jupyter.org/jupyter_server/kernel_actions/v1"
+
+
+@dataclass
+class Watch:
+    """What the monitor remembers about one session between ticks."""
+
+    warned_for: datetime | None = None  # the action time we warned about
+    warning: asyncio.Task | None = None  # the dry run and event of that warning
+    acted_for: datetime | None = None  # the action time we acted on (never act twice)
+    keepalive_until: datetime | None = None
+    retry_after: datetime | None = None
+    failures: int = 0
+    gpu_since: datetime | None = None
+    last_alarm: datetime | None = None
+    last_tick: datetime | None = None  # running-kernel clock (held, idle)
+    paused_tick: datetime | None = None  # paused clock (reclaimed)
+    last_saved: datetime | None = None
+
+
+class Monitor:
+    def __init__(
+        self,
+        *,
+        lifecycle,
+        policies: list[Policy],
+        probe: GpuProbe,
+        poll_interval: float,
+        gpu_hold_alarm_hours: float,
+        capture: str,
+        user: str,
+        log,
+        event_logger=None,
+    ):
+        self.lc = lifecycle
+        self.event_logger = event_logger  # jupyter_server's: kernel starts (kernel_actions)
+        self.user = user  # what policies' match.user is compared with
+        self.bridge = lifecycle.bridge
+        self.policies = policies
+        self.probe = probe
+        self.poll_interval = poll_interval
+        self.alarm_hours = gpu_hold_alarm_hours
+        self.capture = capture
+        self.log = log
+        self.tracker = ActivityTracker(
+            self.bridge.km,
+            self.bridge.agent_sessions,
+            on_activity=self._on_activity,
+            subscribe=getattr(self.bridge, "subscribe_iopub", None),  # a gateway's kernels
+        )
+        lifecycle.user_busy = self.tracker.is_busy
+        lifecycle.table.kernel_use = self.tracker  # which kernels ran a person's code
+        self.ledger = Ledger(lifecycle.records)
+        self.watches: dict[str, Watch] = {}
+        self._task: asyncio.Task | None = None
+        self._outcomes: set[asyncio.Task] = set()
+        self._culler_patched = None
+        # What an admin (or a test) can watch to see that the monitor is alive and acting.
+        self.passes = 0
+        self.last_pass: datetime | None = None  # the time the last complete pass looked at
+        self.culls_declined = 0  # jupyter_server culls refused for a governed kernel
+        self.last_cull_declined: datetime | None = None
+
+    def _on_activity(self, kernel_id: str) -> None:
+        """A person used the kernel: any warning is void at once, not at the next pass."""
+        s = self.lc.table.session_for_kernel(kernel_id)
+        if s is not None:
+            s.pause_at, s.last_activity = None, utcnow()
+
+    # -- running -------------------------------------------------------------------------------
+    def start(self) -> None:
+        self._task = asyncio.ensure_future(self._loop())
+        self._outrank_jupyter_culler()
+        if self.event_logger is not None:
+            self.event_logger.add_listener(schema_id=KERNEL_ACTIONS, listener=self._kernel_action)
+
+    async def _kernel_action(self, logger, schema_id: str, data: dict) -> None:
+        """A kernel started: watch it from its first message on, not from the next pass, so
+        that a cell run at once in a paused notebook's new kernel makes it a session."""
+        if data.get("action") == "start" and data.get("status") == "success":
+            kid = data.get("kernel_id")
+            if kid and self.bridge.is_running(kid):
+                self.tracker.watch(kid)
+
+    async def stop(self) -> None:
+        if self.event_logger is not None:
+            self.event_logger.remove_listener(
+                schema_id=KERNEL_ACTIONS, listener=self._kernel_action
+            )
+        tasks = [self._task, *self._outcomes, *(w.warning for w in self.watches.values())]
+        tasks = [t for t in tasks if t is not None]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._restore_jupyter_culler()
+        await self.tracker.aclose()
+        try:
+            await self.ledger.flush()
+        except Exception:
+            self.log.exception("jupyter_gpu_pause: could not save the last GPU accounting")
+
+    async def _loop(self) -> None:
+        while True:
+            try:
+                await self.tick()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a kernel vanishing mid-tick must not stop the monitor
+                self.log.exception("jupyter_gpu_pause: idle monitor pass failed")
+            await asyncio.sleep(self.poll_interval)
+
+    def stats(self) -> dict:
+        """The monitor's own state, for ``GET policies``: is it alive, when did it last look."""
+        return {
+            "poll_interval": self.poll_interval,
+            "user": self.user,
+            "passes": self.passes,
+            "last_pass": iso(self.last_pass),
+            "jupyter_culls_declined": self.culls_declined,
+            "last_jupyter_cull_declined": iso(self.last_cull_declined),
+        }
+
+    def _outrank_jupyter_culler(self) -> None:
+        """When jupyter_server's own culler is on, it skips kernels one of our policies governs.
+
+        jupyter_server has no supported way to exempt one kernel from its culler: the only
+        per-kernel knob, ``cull_idle_timeout`` in kernelspec metadata, is per kernelspec, not
+        per session, and a policy governs sessions. ``cull_kernels`` calls
+        ``cull_kernel_if_idle(kernel_id)`` for each kernel, so that method, on this kernel
+        manager instance, is the one seam: wrapped here, restored at stop, and checked by
+        ``tests/test_jupyter_seams.py`` against the installed jupyter_server so a change
+        there fails loudly instead of silently culling governed kernels.
+        """
+        km = self.bridge.km
+        original = getattr(km, "cull_kernel_if_idle", None)
+        if not asyncio.iscoroutinefunction(original):
+            self.log.warning(
+                "jupyter_gpu_pause: this jupyter_server has no async cull_kernel_if_idle; its "
+                "own culler (MappingKernelManager.cull_idle_timeout), if on, may cull kernels "
+                "that an idle policy would have paused"
+            )
+            return
+
+        async def cull_unless_governed(kernel_id):
+            s = self.lc.table.session_for_kernel(kernel_id)
+            if s is not None and (s.policy is not None or s.id in self.lc.busy_sessions()):
+                self.culls_declined += 1
+                self.last_cull_declined = utcnow()
+                return None
+            return await original(kernel_id)
+
+        km.cull_kernel_if_idle = cull_unless_governed
+        self._culler_patched = km
+
+    def _restore_jupyter_culler(self) -> None:
+        if self._culler_patched is not None:
+            del self._culler_patched.cull_kernel_if_idle  # the instance attribute we set
+            self._culler_patched = None
+
+    # -- one pass ------------------------------------------------------------------------------
+    async def tick(self, now: datetime | None = None) -> None:
+        await self.lc.table.refresh()
+        now = now or utcnow()
+        running = [
+            s
+            for s in self.lc.table.sessions.values()
+            if s.state in RUNNING and self.bridge.is_running(s.kernel_id)
+        ]
+        # Track every live kernel, pausing ones included: dropping one mid-pause would forget
+        # its idle clock and restart it from the pause attempt; and a paused notebook's new
+        # kernel, which its first cell makes a session, also while a resume is taking it.
+        kernels = [s.kernel_id for s in self.lc.table.sessions.values()]
+        kernels += [*self.lc.table.waiting_kernels, *self.lc.ops.kernel_ids()]
+        self.tracker.sync({k for k in kernels if self.bridge.is_running(k)})
+        for sid in set(self.watches) - {s.id for s in self.lc.table.sessions.values()}:
+            gone = self.watches.pop(sid)
+            if gone.warning is not None:
+                gone.warning.cancel()
+        usage = {}
+        if self.probe.available:
+            roots = {s.id: p for s in running if (p := self.bridge.pid(s.kernel_id)) is not None}
+            loop = asyncio.get_running_loop()
+            usage = await loop.run_in_executor(None, self._sample, roots)
+        for s in running:  # kernels NVML cannot see here (a gateway's): their agent's report
+            if s.id not in usage and (report := self.bridge.gpu_usage(s.kernel_id)):
+                usage[s.id] = report
+        for s in running:
+            try:
+                await self._evaluate(s, usage.get(s.id), now)
+            except GpuPauseError as e:  # e.g. the kernel went away between two awaits
+                self.log.info("jupyter_gpu_pause: %s: %s", s.path, e.message)
+            except Exception:  # one session's trouble must not stop the pass for the others
+                self.log.exception("jupyter_gpu_pause: idle monitor could not look at %s", s.path)
+        evaluated = {s.id for s in running}
+        for s in [s for s in self.lc.table.sessions.values() if s.id not in evaluated]:
+            await self._account_stopped(s, self.watches.setdefault(s.id, Watch()), now)
+        await self.ledger.flush()  # one transaction per tick
+        self.lc.capacity.changed()  # GPU memory measured anew: the node's usage follows
+        self.passes += 1
+        self.last_pass = now
+
+    def _sample(self, roots: dict[str, int]) -> dict:
+        """In a thread: psutil walks process trees and NVML answers, both blocking."""
+        return self.probe.sample({sid: process_tree(pid) for sid, pid in roots.items()})
+
+    async def _evaluate(self, s, usage, now: datetime) -> None:
+        w = self.watches.setdefault(s.id, Watch())
+        busy = self.tracker.is_busy(s.kernel_id)
+        uses_gpu = bool(usage and usage.memory_bytes > 0)
+        s.gpu = usage.to_json() if usage else None
+        policy = first_match(self.policies, s.kernel_name, uses_gpu, self.user)
+        s.policy = policy.name if policy and policy.action != "none" else None
+        s.idle_after = min(60.0, policy.idle_timeout - policy.warn_before) if s.policy else None
+        gpu_busy = bool(usage and policy and usage.utilization >= policy.gpu_idle_below)
+        if busy or gpu_busy:
+            self.tracker.touch(s.kernel_id, now)
+        last = self.tracker.last.get(s.kernel_id, now)
+        s.last_activity = last
+        await self._account(s, w, busy or gpu_busy, now)
+        if s.policy is None or s.id in self.lc.busy_sessions():
+            s.pause_at = None
+            return
+        if not policy.count_connected and self.bridge.connections(s.kernel_id) > 0:
+            s.pause_at = None
+            return
+        # Activity moves ``last``, hence ``act_at``: a warning or an action is always for one
+        # idle period, and a new period needs a new warning. After a failed attempt the next
+        # one waits for its backoff, and is warned about again.
+        act_at = last + timedelta(seconds=policy.idle_timeout)
+        for later in (w.keepalive_until, w.retry_after):
+            if later and later > act_at:
+                act_at = later
+        warn_at = act_at - timedelta(seconds=policy.warn_before)
+        if now >= warn_at and w.warned_for != act_at:
+            w.warned_for = act_at
+            if w.warning is not None:
+                w.warning.cancel()
+            w.warning = asyncio.ensure_future(self._warn(s, policy, act_at))
+        warned = w.warned_for == act_at and w.warning is not None and w.warning.done()
+        # pause_at shows once the warning's event exists, so the two never disagree
+        acts = policy.action in ("pause", "cull")
+        s.pause_at = act_at if now >= warn_at and acts and warned else None
+        if now < act_at or busy or w.acted_for == act_at or not warned:
+            return
+        w.acted_for = act_at
+        if policy.action == "pause":
+            try:
+                await self.lc.pause(s.id, reason=f"policy:{policy.name}")
+            except GpuPauseError as e:  # refused at once (an R kernel, a lost signing key…)
+                await self._refused(s, w, policy, e.message, e.reason)
+                return
+            task = asyncio.ensure_future(self._watch_outcome(s, w, policy))
+            self._outcomes.add(task)
+            task.add_done_callback(self._outcomes.discard)
+        elif policy.action == "cull":
+            try:
+                await self.lc.cull(s.id, reason=f"policy:{policy.name}")
+            except Exception as e:  # Jupyter could not shut the kernel down
+                why = e.message if isinstance(e, GpuPauseError) else f"{type(e).__name__}: {e}"
+                await self._refused(s, w, policy, why, "cull")
+
+    def _back_off(self, s, w: Watch, policy: Policy) -> None:
+        """The next attempt of a failing auto-pause waits longer each time: no retry storm.
+
+        The failed attempt's time leaves the session at once; the next one shows once it is
+        warned about, so ``pause_at`` is never a time already gone.
+        """
+        s.pause_at = None
+        w.failures += 1
+        base = max(policy.idle_timeout, self.poll_interval)
+        delay = min(base * 2 ** (w.failures - 1), MAX_BACKOFF)
+        w.retry_after = utcnow() + timedelta(seconds=delay)
+        w.acted_for = None
+
+    async def _refused(self, s, w: Watch, policy: Policy, why: str, reason: str) -> None:
+        """A policy's pause or cull failed at once: say why on the session and in an event
+        (``pause_failed`` or ``cull_failed``), and schedule the next attempt with backoff."""
+        self._back_off(s, w, policy)
+        s.error = {"message": why, "reason": reason, "state_intact": True}
+        s.message = (
+            f"{policy.action.capitalize()} by policy {policy.name} failed: {why}. The kernel is "
+            "still running with all its variables."
+        )
+        await self.lc.table.persist(s)
+        await self.lc.table.record_event(
+            s,
+            f"{policy.action}_failed",
+            f"policy:{policy.name}",
+            message=why,
+            error_reason=reason,
+            retry_at=iso(w.retry_after),
+        )
+
+    async def _watch_outcome(self, s, w: Watch, policy: Policy) -> None:
+        """A failed auto-pause is retried later, with backoff: no retry storm."""
+        op = self.lc.op_task(s.id)
+        if op is not None:
+            # asyncio.wait, not gather: when the monitor stops, cancelling this watcher must
+            # not cancel the pause it watches (a committed pause is shutting a kernel down).
+            await asyncio.wait({op})
+        if s.state in RUNNING:
+            self._back_off(s, w, policy)
+        else:
+            w.failures, w.retry_after = 0, None
+
+    async def _warn(self, s, policy: Policy, act_at: datetime) -> None:
+        """Record the warning event, naming what will not survive (a dry run in the kernel).
+
+        Runs in its own task; a kernel that does not answer the dry run is given up on after
+        ``DRY_RUN_TIMEOUT`` and the warning says so. Never raises.
+        """
+        skipped, unknown = None, None
+        if policy.action == "pause":
+            try:
+                report = await asyncio.wait_for(
+                    self.bridge.run_agent(s.kernel_id, "check", {"capture": self.capture}),
+                    DRY_RUN_TIMEOUT,
+                )
+                skipped = check_report(report)["skipped"]
+            except asyncio.TimeoutError:
+                unknown = f"the kernel did not answer within {DRY_RUN_TIMEOUT:g} s"
+            except GpuPauseError as e:
+                unknown = e.message
+        verb = {"pause": "pauses", "cull": "shuts down", "warn": "has been idle until"}[
+            policy.action
+        ]
+        message = f"{s.path} {verb} at {iso(act_at)} (policy {policy.name})"
+        if skipped:
+            message += "; will not survive: " + ", ".join(x["name"] for x in skipped)
+        if unknown:
+            message += f"; could not ask the kernel what would not survive ({unknown})"
+        if policy.action == "cull":
+            message += "; no checkpoint is made: unsaved variables are lost"
+        await self.lc.table.record_event(
+            s,
+            "warned",
+            f"policy:{policy.name}",
+            action=policy.action,
+            pause_at=iso(act_at),
+            skipped=skipped,
+            message=message,
+        )
+
+    async def _account(self, s, w: Watch, active: bool, now: datetime) -> None:
+        """A running kernel: the time since the last tick was held (and idle) on its GPUs."""
+        start, w.last_tick, w.paused_tick = w.last_tick, now, None
+        devices = gpu_device_count(s.gpu)
+        if not devices:
+            w.gpu_since = None
+            return
+        if start is not None:
+            self.ledger.add(s, start, now, held=devices, idle=0 if active else devices)
+        await self._save_now_and_then(s, w, now)
+        w.gpu_since = w.gpu_since or now
+        if self.alarm_hours > 0:
+            period = timedelta(hours=self.alarm_hours)
+            since = max(w.gpu_since, w.last_alarm or w.gpu_since)
+            if now - since >= period:
+                w.last_alarm = now
+                await self.lc.table.record_event(
+                    s,
+                    "gpu_hold_alarm",
+                    "policy:gpu_hold_alarm_hours",
+                    held_hours=round((now - w.gpu_since).total_seconds() / 3600, 2),
+                    message=f"{s.path} has held a GPU for more than {self.alarm_hours:g} h",
+                )
+
+    async def _account_stopped(self, s, w: Watch, now: datetime) -> None:
+        """A session without a running kernel: paused ones reclaim the GPUs they held."""
+        if s.state != "pausing":  # a kernel that comes back starts a fresh clock
+            w.last_tick = None
+        if s.state not in RECLAIMING or not s.gpu_devices_paused:
+            w.paused_tick = None
+            return
+        start, w.paused_tick = w.paused_tick, now
+        if start is not None:
+            self.ledger.add(s, start, now, reclaimed=s.gpu_devices_paused)
+        await self._save_now_and_then(s, w, now)
+
+    async def _save_now_and_then(self, s, w: Watch, now: datetime) -> None:
+        """The session's GPU-seconds outlive a server restart, within a minute."""
+        if w.last_saved is not None and (now - w.last_saved).total_seconds() < ACCOUNTING_SAVE:
+            return
+        w.last_saved = now
+        if (
+            self.lc.table.sessions.get(s.id) is s
+        ):  # never bring back the record of a deleted session
+            await self.lc.records.save(s)
+
+    async def report(self, since: str | None) -> dict:
+        """GPU-hours since ``since`` (ISO 8601 or a duration such as 7d): total, sessions, days."""
+        return await self.ledger.report(since, self.lc.table.sessions)
+
+    # -- keep-alive ----------------------------------------------------------------------------
+    async def keepalive(self, session_id: str, seconds) -> None:
+        s = self.lc.table.get(session_id)
+        if isinstance(seconds, bool) or not isinstance(seconds, int) or seconds <= 0:
+            raise BadRequest(
+                f"seconds must be a positive whole number, not {seconds!r}", "bad-seconds"
+            )
+        if s.state not in RUNNING:
+            raise WrongState(f"cannot keep alive: the session is {s.state}")
+        policy = next((p for p in self.policies if p.name == s.policy), None)
+        if policy is None:
+            raise WrongState(
+                "no idle policy acts on this session; there is nothing to postpone", "no-policy"
+            )
+        if seconds > policy.max_keepalive:
+            raise BadRequest(
+                f"keep-alive of {seconds} s is longer than the {policy.max_keepalive:g} s that "
+                f"policy {policy.name} allows (max_keepalive)",
+                "keepalive-too-long",
+            )
+        w = self.watches.setdefault(s.id, Watch())
+        w.keepalive_until = utcnow() + timedelta(seconds=seconds)
+        w.warned_for = w.acted_for = None
+        s.pause_at = None
+        await self.lc.table.record_event(
+            s,
+            "keepalive",
+            "user",
+            seconds=seconds,
+            until=iso(w.keepalive_until),
+            message=f"{s.path} kept alive for {seconds} s",
+        )
