@@ -64,9 +64,7 @@ def _imported_rooms(path: Path) -> set[tuple[str, int]]:
 
 def test_every_module_lives_in_a_room():
     loose = [
-        p.name
-        for p in _modules()
-        if _room(p) is None and p.name not in TOP and p.name not in SHIMS
+        p.name for p in _modules() if _room(p) is None and p.name not in TOP and p.name not in SHIMS
     ]
     assert loose == [], f"put these in a room of server/ (see its __init__): {loose}"
     for room in ALLOWED:
