@@ -15,6 +15,7 @@ import time
 from datetime import timedelta
 
 from jupyter_gpu_pause.server.capacity.probes import GpuProbe
+from jupyter_gpu_pause.server.monitor.activity import ActivityTracker
 from jupyter_gpu_pause.server.monitor.monitor import Monitor
 from jupyter_gpu_pause.server.monitor.policy import parse_policies
 from jupyter_gpu_pause.server.state.model import Session
@@ -60,12 +61,16 @@ class FakeBridge:
     def pid(self, kid):
         return None
 
+    def gpu_usage(self, kid):
+        return None  # a local kernel: the probe measures it
+
 
 class FakeTable:
     """The session table of a server with ``n`` idle kernels that nothing changes."""
 
     def __init__(self, n):
         self.sessions = {}
+        self.waiting_kernels = {}  # no paused notebook has a kernel open
         for i in range(n):
             s = Session(path=f"nb{i}.ipynb", kernel_name="python3", kernel_id=f"k{i}")
             self.sessions[s.id] = s
@@ -80,6 +85,11 @@ class FakeTable:
         return None
 
 
+class FakeOperations:
+    def kernel_ids(self):
+        return set()
+
+
 class FakeCapacity:
     def changed(self):
         return None
@@ -90,7 +100,7 @@ class FakeLifecycle:
         self.bridge = FakeBridge(n)
         self.table = FakeTable(n)
         self.capacity = FakeCapacity()
-        self.user_busy = None
+        self.ops = FakeOperations()
         self.records = None  # nothing is written: the stand-in kernels hold no GPU
 
     def busy_sessions(self):
@@ -99,8 +109,11 @@ class FakeLifecycle:
 
 async def one_pass_ms(n: int, repeat: int) -> float:
     lc = FakeLifecycle(n)
+    tracker = ActivityTracker(lc.bridge.km, set())
+    tracker.sync = lambda kids: None  # no real IOPub sockets for stand-in kernels
     mon = Monitor(
         lifecycle=lc,
+        tracker=tracker,
         policies=POLICIES,
         probe=GpuProbe(),
         poll_interval=10,
@@ -109,7 +122,6 @@ async def one_pass_ms(n: int, repeat: int) -> float:
         user="bench",
         log=logging.getLogger("bench"),
     )
-    mon.tracker.sync = lambda kids: None  # no real IOPub sockets for stand-in kernels
     start = utcnow()
     for i, s in enumerate(lc.table.sessions.values()):
         mon.tracker.last[s.kernel_id] = start - timedelta(seconds=60 * i)

@@ -61,7 +61,7 @@ from .integrations.shutdown import EmergencyCheckpoint, SigintStop
 from .kernels.gateway import GatewayKernels, build_bridge
 from .lifecycle.lifecycle import Lifecycle
 from .lifecycle.operations import PauseSettings
-from .lifecycle.spares import WarmKernels
+from .monitor.activity import ActivityTracker
 from .monitor.monitor import Monitor
 from .monitor.policy import DEFAULT_POLICIES, PolicyError, parse_policies
 from .state.bus import EventBus
@@ -519,8 +519,16 @@ class GpuPauseApp(ExtensionApp):
         for note in provider.notes():  # what NVML cannot see here (MIG, a container)
             self.log.warning("jupyter_gpu_pause: capacity provider %s: %s", provider.name, note)
         queue = self._queue(f"{server_user()}@{socket.gethostname()}:{server.port}")
+        bridge = build_bridge(self, self.kernel_answer_timeout)  # local or a gateway's
+        # what people do in which kernel: the monitor's, and the lifecycle's (a kernel that
+        # ran nothing on a paused notebook is restored into without asking)
+        tracker = ActivityTracker(
+            bridge.km,
+            bridge.agent_sessions,
+            subscribe=getattr(bridge, "subscribe_iopub", None),  # a gateway's kernels
+        )
         self.lifecycle = Lifecycle(
-            bridge=build_bridge(self, self.kernel_answer_timeout),  # local or a gateway's
+            bridge=bridge,
             records=self.records,
             checkpoints=Checkpoints(self._store, self.secret_file),
             provider=provider,
@@ -541,9 +549,17 @@ class GpuPauseApp(ExtensionApp):
                 verify=self.verify_blobs,
             ),
             log=self.log,
+            kernel_use=tracker,
+            warm_kernels=self.warm_kernels,
+            # retention after pauses, GC intents
+            upkeep=lambda ctx: StoreMaintenance(
+                ctx, self._store, self._retention, self.gc_grace_seconds, parent=self
+            ),
         )
+        self.maintenance = self.lifecycle.maintenance
         self.monitor = Monitor(
             lifecycle=self.lifecycle,
+            tracker=tracker,
             policies=self._policies,
             probe=probe,
             poll_interval=self.poll_interval,
@@ -553,10 +569,6 @@ class GpuPauseApp(ExtensionApp):
             log=self.log,
             event_logger=server.event_logger,
         )
-        self.maintenance = StoreMaintenance(
-            self.lifecycle, self._store, self._retention, self.gc_grace_seconds, parent=self
-        )
-        self.lifecycle.maintenance = self.maintenance  # retention after pauses, intents
         # Listeners of every lifecycle event (table.listeners): event bus, webhooks, metrics.
         # (telemetry wiring: one short block per listener below this line)
         # metrics on jupyter_server's /metrics: events, sessions by state, GPU-seconds
@@ -613,15 +625,6 @@ class GpuPauseApp(ExtensionApp):
         self.maintenance.start()
         if self.hub_stop is not None:
             self.hub_stop.start()
-        if self.warm_kernels and self.lifecycle.bridge.supports_warm_kernels:
-            table = self.lifecycle.table
-            self.lifecycle.warm = WarmKernels(
-                self.lifecycle.bridge,
-                self.log,
-                lambda: list(table.sessions.values()),
-                lambda: self.lifecycle.capacity.elsewhere,
-            )
-            self.lifecycle.warm.start()
         self.emergency = EmergencyCheckpoint(
             self.lifecycle, self.shutdown_checkpoint, self.shutdown_grace_seconds, self.log
         )
@@ -649,9 +652,8 @@ class GpuPauseApp(ExtensionApp):
                 await self.emergency.run("shutdown")
             except Exception:
                 self.log.exception("jupyter_gpu_pause: the shutdown checkpoint failed")
-        warm = self.lifecycle.warm if self.lifecycle else None
         for step, what in (
-            (warm and warm.stop, "warm kernels"),
+            (self.lifecycle and self.lifecycle.stop_warm_kernels, "warm kernels"),
             (self.maintenance and self.maintenance.stop, "store maintenance"),
             (self.monitor and self.monitor.stop, "the idle monitor"),
             (self.lifecycle and self.lifecycle.stop, "running operations"),

@@ -36,6 +36,7 @@ from urllib.parse import quote
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 
 from ..config.checks import ConfigError
+from ..lifecycle.lifecycle import Lifecycle
 from ..state.errors import GpuPauseError
 from ..state.model import Session
 
@@ -158,7 +159,7 @@ def _hub_message(body: str) -> str:
 class StopWhenPaused:
     """A ``SessionTable`` listener applying the module's rule after each completed pause."""
 
-    def __init__(self, lifecycle, hub: HubServer, log):
+    def __init__(self, lifecycle: Lifecycle, hub: HubServer, log):
         self.lc, self.hub, self.log = lifecycle, hub, log
         self.client = HubClient(hub)
         self._task: asyncio.Task | None = None

@@ -26,6 +26,7 @@ from ...store.lease import DEFAULT_LEASE, drop_intents
 from ...store.listing import blob_objects, manifest_objects, read_json
 from ...store.retention import Deletion, Entry, Retention, checkpoint_time, plan_deletions
 from ..config.traits import not_negative
+from ..lifecycle.context import UpkeepContext
 from ..state.errors import GpuPauseError, WrongState
 from ..state.model import RUNNING, Session
 from ..telemetry.metrics import store_failed
@@ -77,14 +78,14 @@ class StoreMaintenance(LoggingConfigurable):
 
     def __init__(
         self,
-        lifecycle=None,
+        ctx: UpkeepContext | None = None,
         store: Store | None = None,
         retention: Retention | None = None,
         grace_seconds: float = 86400.0,
         **kwargs,
     ):
         super().__init__(**kwargs)
-        self.lc, self.store = lifecycle, store
+        self.ctx, self.store = ctx, store  # ctx: what it reads of the sessions
         self.retention = retention or Retention()
         self.grace_seconds = grace_seconds
         self._task: asyncio.Task | None = None
@@ -150,7 +151,7 @@ class StoreMaintenance(LoggingConfigurable):
 
     def after_pause(self, s: Session) -> None:
         """Apply retention once the pause of ``s`` has ended (call it from the pause itself)."""
-        task = self.lc.op_task(s.id)
+        task = self.ctx.op_task(s.id)
         job = asyncio.ensure_future(self._after(task))
         self._pending.add(job)
         job.add_done_callback(self._pending.discard)
@@ -219,24 +220,24 @@ class StoreMaintenance(LoggingConfigurable):
     async def apply_retention(self) -> list[Deletion]:
         """Delete the manifests the rules name; one ``checkpoint_deleted`` event each."""
         async with self._retaining:
-            if await self.lc.checkpoints.prepare_key():
+            if await self.ctx.checkpoints.prepare_key():
                 self.log.warning(
                     "jupyter_gpu_pause: retention skipped: without the signing key no "
                     "checkpoint can be told valid"
                 )
                 return []
             owned, paused, pinned = self._facts()
-            entries = await _in_thread(self._entries, self.lc.checkpoints.signer)
+            entries = await _in_thread(self._entries, self.ctx.checkpoints.signer)
             plan = plan_deletions(
                 self.retention, entries, owned=owned, paused=paused, pinned=pinned, now=utcnow()
             )
             done = []
             for d in plan:
-                s = self.lc.table.sessions.get(d.session_id)
+                s = self.ctx.table.sessions.get(d.session_id)
                 if s is None or not self._may_delete(s, d.checkpoint_id):
                     continue  # changed since the plan: a resume started, a pause ended
                 await _in_thread(self.store.delete_manifest, d.session_id, d.checkpoint_id)
-                await self.lc.table.record_event(
+                await self.ctx.table.record_event(
                     s,
                     "checkpoint_deleted",
                     "retention",
@@ -251,8 +252,8 @@ class StoreMaintenance(LoggingConfigurable):
     def _facts(self) -> tuple[set[str], set[str], set[tuple[str, str]]]:
         """Sessions this pass may act on, those paused, and the checkpoints records name."""
         owned, paused, pinned = set(), set(), set()
-        busy = self.lc.busy_sessions()
-        for s in self.lc.table:
+        busy = self.ctx.busy_sessions()
+        for s in self.ctx.table:
             if s.checkpoint:
                 pinned.add((s.id, s.checkpoint["id"]))
             if s.id in busy:
@@ -263,7 +264,7 @@ class StoreMaintenance(LoggingConfigurable):
         return owned, paused, pinned
 
     def _may_delete(self, s: Session, checkpoint_id: str) -> bool:
-        if s.id in self.lc.busy_sessions():
+        if s.id in self.ctx.busy_sessions():
             return False
         return not (s.checkpoint and s.checkpoint["id"] == checkpoint_id)
 

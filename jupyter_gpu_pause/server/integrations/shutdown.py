@@ -25,7 +25,8 @@ import signal
 import threading
 from dataclasses import dataclass, field
 
-from ..lifecycle.pause import failure
+from ..lifecycle.lifecycle import Lifecycle
+from ..state.errors import failure
 from ..state.model import RUNNING, Session
 
 MODES = ("gpu", "all", "none")
@@ -57,7 +58,7 @@ class EmergencyCheckpoint:
     ``gpu_kernelspecs``), ``"all"`` or ``"none"``; only Python kernels can be paused.
     """
 
-    def __init__(self, lifecycle, mode: str, grace: float, log):
+    def __init__(self, lifecycle: Lifecycle, mode: str, grace: float, log):
         if mode not in MODES:
             raise ValueError(f"shutdown_checkpoint must be one of {', '.join(MODES)}, not {mode!r}")
         self.lc, self.mode, self.grace, self.log = lifecycle, mode, grace, log
@@ -209,16 +210,13 @@ class EmergencyCheckpoint:
             f"The server stopped before this session's checkpoint was complete "
             f"(shutdown_grace_seconds = {self.grace:g}); {remains}"
         )
-        s.state, s.progress = "failed", None
-        s.error = {"message": text, "reason": TIMEOUT_REASON, "state_intact": bool(last)}
-        s.message = text
-        await self.lc.table.persist(s)
-        await self.lc.table.record_event(
+        await self.lc.table.fail(
             s,
             "pause_failed",
             reason,
-            message=text,
-            error_reason=TIMEOUT_REASON,
+            reason=TIMEOUT_REASON,
+            text=text,
+            intact=bool(last),
             checkpoint_id=last["id"] if last else None,
         )
 

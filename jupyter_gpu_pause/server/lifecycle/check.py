@@ -10,6 +10,7 @@ import asyncio
 
 from ..state.errors import AgentFailed, GpuPauseError, WrongState
 from ..state.model import RUNNING, Session
+from .context import CheckContext
 
 CHECK_TIMEOUT = 30.0  # seconds a dry run may take before the check gives up
 BUSY_GRACE = 1.0  # seconds a check waits for a cell that is just ending (its idle in flight)
@@ -51,11 +52,11 @@ def check_report(report: dict) -> dict:
 
 
 class DryRun:
-    def __init__(self, lc, s: Session):
-        self.lc, self.s = lc, s
+    def __init__(self, ctx: CheckContext, s: Session):
+        self.ctx, self.s = ctx, s
 
     async def run(self) -> dict:
-        lc, s = self.lc, self.s
+        ctx, s = self.ctx, self.s
         self._require_checkable()
         kid = s.kernel_id
         if await self._still_busy(kid, BUSY_GRACE):
@@ -67,11 +68,11 @@ class DryRun:
         self._require_checkable()  # a pause may have begun while the cell ended
         try:
             report = await asyncio.wait_for(
-                lc.bridge.run_agent(kid, "check", {"capture": lc.settings.capture}),
+                ctx.bridge.run_agent(kid, "check", {"capture": ctx.settings.capture}),
                 CHECK_TIMEOUT,
             )
         except asyncio.TimeoutError:
-            if lc.user_cell_running(kid):
+            if ctx.user_cell_running(kid):
                 raise WrongState(
                     "the kernel started running a cell during the check; check again when it "
                     "has finished",
@@ -90,18 +91,18 @@ class DryRun:
 
     def _require_checkable(self) -> None:
         s = self.s
-        if s.id in self.lc.ops or s.state not in RUNNING:
+        if s.id in self.ctx.ops or s.state not in RUNNING:
             why = _NOT_CHECKABLE.get(s.state, "it has no running kernel")
             raise WrongState(
                 f"cannot check what a pause would save: the session is {s.state} — {why}"
             )
-        self.lc.require_agent(s, "check")
+        self.ctx.require_agent(s, "check")
 
     async def _still_busy(self, kernel_id: str, grace: float) -> bool:
         """A person's cell runs, and still does after ``grace`` seconds."""
         loop = asyncio.get_running_loop()
         end = loop.time() + grace
-        while self.lc.user_cell_running(kernel_id):
+        while self.ctx.user_cell_running(kernel_id):
             if loop.time() >= end:
                 return True
             await asyncio.sleep(0.05)

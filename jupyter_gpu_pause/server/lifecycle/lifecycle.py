@@ -2,14 +2,15 @@
 what happens to a session when its kernel goes away.
 
 Each operation is its own class (``pause.Pause``, ``resume.Resume``, ``check.DryRun``) reading
-as one straight line; this module admits them (state checks under one lock, so two requests
-never start two operations) and gives them what they share: the bridge to Jupyter, the
-checkpoints, the records, the event log.
+as one straight line and writing its session's states; this module admits them (state checks
+under one lock, so two requests never start two operations) and gives each its context
+(``context.py``): what it may use, built here once and complete.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from ...store.format import check_checkpoint_id, iso
 from ..capacity import Capacity, CapacityProvider, CapacityQueue
@@ -21,12 +22,22 @@ from ..state.model import RUNNING, Session
 from ..state.records import Records
 from ..state.views import session_json
 from .check import DryRun
+from .context import (
+    CheckContext,
+    KernelUse,
+    PauseContext,
+    RecoveryContext,
+    ResumeContext,
+    StoreUpkeep,
+    UpkeepContext,
+)
 from .operations import DEVICES, Op, Operations, PauseSettings
 from .pause import Pause
 from .recovery import Recovery
 from .resume import Resume, ResumeOptions
 from .sessions import SessionTable
 from .slots import RestoreSlots
+from .spares import WarmKernels
 
 STOP_GRACE = 15.0  # seconds a stopping server waits for in-flight operations
 STARTUP_WAIT = 30.0  # seconds a request waits for the records to load before a 503
@@ -51,7 +62,14 @@ class Lifecycle:
         configured_provider: str | None = None,
         restore_slots: int = 0,
         rescan_interval: float = 0,
+        kernel_use: KernelUse | None = None,
+        warm_kernels: bool = False,
+        upkeep: Callable[[UpkeepContext], StoreUpkeep] | None = None,
     ):
+        """``kernel_use``: what people did in which kernel (the monitor's activity tracker;
+        None: every kernel counts as used and busy only by its own state); ``warm_kernels``:
+        keep a warm kernel per kernelspec of a paused session (``spares.py``); ``upkeep``:
+        builds the store's upkeep (retention after pauses, GC intents) from what it may read."""
         self.rescan_interval = rescan_interval  # seconds between two reads of the store
         self.bridge, self.records, self.checkpoints = bridge, records, checkpoints
         self.settings, self.log = settings, log
@@ -67,14 +85,35 @@ class Lifecycle:
         self.ops = Operations(self._rescue, log)
         # resumes restoring at once (0: twice the CPUs this server may use); see slots.py
         self.restore_slots = RestoreSlots(restore_slots)
-        self.table = SessionTable(bridge, records, self.ops, log, self.capacity.changed)
+        self.table = SessionTable(bridge, records, self.ops, log, self.capacity.changed, kernel_use)
         # Admission (state checks up to registering the operation) awaits I/O; one lock keeps
         # two requests from both passing the checks and starting two operations.
         self._admission = asyncio.Lock()
-        # set by the monitor: is a person's cell running? (our agent's requests excluded)
-        self.user_busy = None
-        self.maintenance = None  # set by the app: StoreMaintenance (retention, writer intents)
-        self.warm = None  # set by the app when warm_kernels is on: spares.WarmKernels
+        self.kernel_use = kernel_use
+        self.warm = (
+            WarmKernels(bridge, log, lambda: list(self.table.sessions.values()), self._elsewhere)
+            if warm_kernels and bridge.supports_warm_kernels  # not for a gateway's kernels
+            else None
+        )
+        self.maintenance = (
+            upkeep(UpkeepContext(self.table, checkpoints, self.busy_sessions, self.op_task))
+            if upkeep
+            else None
+        )
+        self._pause_ctx = PauseContext(
+            bridge, self.table, checkpoints, self.capacity, settings, log, self.warm,
+            self.maintenance, self.gpu_session,
+        )  # fmt: skip
+        self._resume_ctx = ResumeContext(
+            bridge, self.table, checkpoints, self.capacity, settings, log, self.warm,
+            self.restore_slots, resume_timeout, self.gpu_session,
+        )  # fmt: skip
+        self._check_ctx = CheckContext(
+            bridge, settings, self.ops, self.user_cell_running, self.require_agent
+        )
+        self._recovery_ctx = RecoveryContext(
+            self.table, records, checkpoints, settings, self.ops, log
+        )
         # Jupyter serves requests before extensions finish starting; until the records are
         # loaded, an empty session list would tell a user their paused work is gone.
         self._started = asyncio.Event()
@@ -98,12 +137,14 @@ class Lifecycle:
         # The store is the source of truth: read it in the background (a slow store must not
         # hold the API), bringing back sessions the records lost.
         self._recovery = asyncio.ensure_future(self._recover())
+        if self.warm is not None:
+            self.warm.start()
 
     async def _recover(self) -> None:
         again = False
         while True:
             try:
-                await Recovery(self, again).run()
+                await Recovery(self._recovery_ctx, again).run()
             except Exception:
                 self.log.exception(
                     "jupyter_gpu_pause: could not compare the records with the store"
@@ -128,6 +169,12 @@ class Lifecycle:
                 "no session was changed. An administrator must fix the records database "
                 "(GpuPauseApp.db_path) and restart the server",
             )
+
+    async def stop_warm_kernels(self) -> None:
+        """Shut the warm kernels down (first thing a stopping server does after its
+        shutdown checkpoint: they hold no one's work)."""
+        if self.warm is not None:
+            await self.warm.stop()
 
     async def stop(self) -> None:
         """Cancel what can still be cancelled; give the rest a bounded time to finish."""
@@ -165,29 +212,20 @@ class Lifecycle:
         kernel_kept = (
             op.kind == "pause" and not op.committed and self.bridge.is_running(s.kernel_id)
         )
-        s.state = "active" if kernel_kept else "failed"
         text = f"the {op.kind} stopped unexpectedly ({why})"
         if kernel_kept:
             text += "; the kernel was not touched"
-        s.progress = s.queue_position = None
-        s.error = {
-            "message": text,
-            "reason": "internal",
-            "state_intact": kernel_kept or bool(s.checkpoint),
-        }
-        s.message = s.error["message"]
-        await self.table.persist(s)
-        await self.table.record_event(
-            s, f"{op.kind}_failed", op.reason, message=text, error_reason="internal"
+        await self.table.fail(
+            s,
+            f"{op.kind}_failed",
+            op.reason,
+            state="active" if kernel_kept else "failed",
+            reason="internal",
+            text=text,
+            intact=kernel_kept or bool(s.checkpoint),
         )
 
     # -- shared by the operations ------------------------------------------------------------
-    def on_progress(self, s: Session):
-        def update(p: dict) -> None:
-            s.progress = {k: v for k, v in p.items() if k != "packages"}  # the pool's, not ours
-
-        return update
-
     def require_agent(self, s: Session, verb: str) -> None:
         """The session's kernel runs and speaks Python, so our agent can run in it."""
         language = self.bridge.language(s.kernel_name)
@@ -203,6 +241,9 @@ class Lifecycle:
         """Sessions this server runs: a kernel, or an operation under way."""
         return {s.id for s in self.table.sessions.values() if s.state not in ("paused", "failed")}
 
+    def _elsewhere(self) -> dict[str, str]:
+        return self.capacity.elsewhere
+
     def _gpu_holders(self):
         return holders(self.table.sessions.values(), self.gpu_kernelspecs, self.bridge.is_running)
 
@@ -215,7 +256,7 @@ class Lifecycle:
     def user_cell_running(self, kernel_id: str) -> bool:
         if not self.bridge.is_running(kernel_id):
             return False  # the caller's state checks say why
-        if self.user_busy and self.user_busy(kernel_id):
+        if self.kernel_use and self.kernel_use.is_busy(kernel_id):
             return True
         busy = self.bridge.execution_state(kernel_id) == "busy"
         return busy and not self.bridge.agent_running(kernel_id)
@@ -228,7 +269,7 @@ class Lifecycle:
         asks again as it begins (``ResumeOptions.adopt``): a cell sent meanwhile is never
         overwritten.
         """
-        use = self.table.kernel_use
+        use = self.kernel_use
         if use is None or use.ran_code(kernel_id) or kernel_id in self.ops.kernel_ids():
             return False
         try:
@@ -254,7 +295,7 @@ class Lifecycle:
     def view(self, s: Session) -> dict:
         running = self.bridge.is_running(s.kernel_id)
         kernel = self.bridge.kernel(s.kernel_id) if running else None
-        busy = self.user_busy(s.kernel_id) if running and self.user_busy else None
+        busy = self.kernel_use.is_busy(s.kernel_id) if running and self.kernel_use else None
         notice = self.checkpoints.key_problem if s.checkpoint and not running else None
         elsewhere = None if running else self.capacity.elsewhere.get(s.id)
         return session_json(
@@ -267,7 +308,7 @@ class Lifecycle:
         s = self.table.session_for_kernel(kernel_id)
         if s is None and kernel_id in self.table.waiting_kernels:
             # a paused notebook's new kernel asking from a cell: it runs code, it is a session
-            self.table.kernel_use.saw_code(kernel_id)
+            self.kernel_use.saw_code(kernel_id)
             await self.table.refresh()
             s = self.table.session_for_kernel(kernel_id)
         if s is None:
@@ -303,26 +344,16 @@ class Lifecycle:
                 raise WrongState(f"cannot pause: the session is {s.state}")
             self.require_agent(s, "pause")
             await self.checkpoints.require_key()  # a checkpoint nobody could verify is no pause
-            busy = self.bridge.execution_state(s.kernel_id) == "busy"
-            s.state, s.error = "pausing", None
-            s.message = (
-                "Waiting for the running cell to finish before pausing"
-                if busy
-                else "Writing checkpoint"
-            )
-            s.progress = {
-                "phase": "waiting" if busy else "capturing",
-                "done_bytes": 0,
-                "total_bytes": None,
-            }
-            await self.table.persist(s)
             op = Op("pause", s, kernel_id=s.kernel_id, reason=reason)
-            self.ops.start(op, Pause(self, s, op, reason).run())
+            pause = Pause(self._pause_ctx, s, op, reason)
+            pause.begin(busy=self.bridge.execution_state(s.kernel_id) == "busy")
+            await self.table.persist(s)
+            self.ops.start(op, pause.run())
             return s
 
     async def check(self, session_id: str) -> dict:
         """What a pause would save and skip, now, without writing or changing anything."""
-        return await DryRun(self, self.table.get(session_id)).run()
+        return await DryRun(self._check_ctx, self.table.get(session_id)).run()
 
     async def cancel(self, session_id: str) -> Session:
         s = self.table.get(session_id)
@@ -419,11 +450,12 @@ class Lifecycle:
             into_kernel = live if adopt else into_kernel
             # one server at a time: 409 resumed-elsewhere, 503 when the queue cannot tell
             await self.capacity.claim(s.id)
-            s.state, s.error, s.message = "restoring", None, "Resume asked"
-            s.progress = {"phase": "asked", "done_bytes": 0, "total_bytes": None}
+            op = Op("resume", s, kernel_id=into_kernel)
+            resume = Resume(
+                self._resume_ctx, s, op, ResumeOptions(tuple(ids), device, into_kernel, adopt)
+            )
+            resume.begin()
             self.capacity.claimed(s.id)
             await self.table.persist(s)
-            op = Op("resume", s, kernel_id=into_kernel)
-            options = ResumeOptions(tuple(ids), device, into_kernel, adopt)
-            self.ops.start(op, Resume(self, s, op, options).run())
+            self.ops.start(op, resume.run())
             return s

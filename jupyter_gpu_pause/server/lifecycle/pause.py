@@ -11,36 +11,41 @@ from __future__ import annotations
 
 import asyncio
 
-from ...store import IntegrityError, StoreError
 from ...store.format import new_checkpoint_id
-from ...store.schema import ManifestError, check_capture
+from ...store.schema import check_capture
 from ...units import count_text, size_text
-from ..state.errors import GpuPauseError, KernelDied
+from ..state.checkpoints import checkpoint_brief
+from ..state.errors import KernelDied, failure
 from ..state.model import Session, gpu_device_count
 from .clock import PhaseClock
-from .operations import Op, checkpoint_brief
-
-
-def failure(e: BaseException) -> tuple[str, str]:
-    """``(reason, message)`` of an exception, in words a user can act on."""
-    if isinstance(e, GpuPauseError):
-        return e.reason, e.message
-    if isinstance(e, ManifestError):
-        return "bad-agent-reply", f"the kernel reported a checkpoint the server cannot trust ({e})"
-    if isinstance(e, IntegrityError):
-        return "integrity", str(e)
-    if isinstance(e, (StoreError, OSError)):
-        return "store", str(e) or type(e).__name__
-    return "internal", f"an unexpected error in jupyter_gpu_pause ({type(e).__name__}: {e})"
+from .context import PauseContext, progress_into
+from .operations import Op
 
 
 class Pause:
-    def __init__(self, lc, s: Session, op: Op, reason: str):
-        self.lc, self.s, self.op, self.reason = lc, s, op, reason
+    def __init__(self, ctx: PauseContext, s: Session, op: Op, reason: str):
+        self.ctx, self.s, self.op, self.reason = ctx, s, op, reason
         self.kernel_id = op.kernel_id
         self.cid: str | None = None  # the checkpoint being written (its GC intents)
         self.clock = PhaseClock()  # the events' phase timings (docs/metrics.md)
         self.gpu_released: float | None = None  # seconds from the request to the shutdown
+
+    def begin(self, busy: bool) -> None:
+        """The session enters ``pausing`` (admission calls this under its lock, before the
+        operation runs, so a second request sees it at once); ``busy``: a cell is running,
+        which the pause waits for first."""
+        s = self.s
+        s.state, s.error = "pausing", None
+        s.message = (
+            "Waiting for the running cell to finish before pausing"
+            if busy
+            else "Writing checkpoint"
+        )
+        s.progress = {
+            "phase": "waiting" if busy else "capturing",
+            "done_bytes": 0,
+            "total_bytes": None,
+        }
 
     async def run(self) -> None:
         s = self.s
@@ -57,13 +62,13 @@ class Pause:
             return
         finally:
             s.progress = None
-            if self.cid and self.lc.maintenance:  # written, or never will be
-                self.lc.maintenance.drop_intents(self.cid)
+            if self.cid and self.ctx.upkeep:  # written, or never will be
+                self.ctx.upkeep.drop_intents(self.cid)
         try:
             self.clock.enter("shutdown")
-            await self.lc.bridge.shutdown(self.kernel_id)
+            await self.ctx.bridge.shutdown(self.kernel_id)
             self.gpu_released = self.clock.since_start()
-            await self.lc.capacity.release(s.id)
+            await self.ctx.capacity.release(s.id)
         except (Exception, asyncio.CancelledError) as e:
             await self._kernel_kept(manifest, e)
             return
@@ -71,16 +76,16 @@ class Pause:
 
     async def _checkpoint(self):
         """Everything before the commit point; returns the verified manifest."""
-        s, lc, settings = self.s, self.lc, self.lc.settings
-        if lc.warm and lc.gpu_session(s):  # its resume will want a kernel: start one meanwhile
-            lc.warm.pausing(s)
+        s, ctx, settings = self.s, self.ctx, self.ctx.settings
+        if ctx.warm and ctx.gpu_session(s):  # its resume will want a kernel: start one meanwhile
+            ctx.warm.pausing(s)
         self.clock.enter("wait")
-        await lc.bridge.wait_idle(self.kernel_id)
+        await ctx.bridge.wait_idle(self.kernel_id)
         self.clock.enter("capture")
         s.message = "Writing checkpoint"
         s.progress = {"phase": "capturing", "done_bytes": 0, "total_bytes": None}
         cid = self.cid = new_checkpoint_id()
-        result = await lc.bridge.run_agent(
+        result = await ctx.bridge.run_agent(
             self.kernel_id,
             "capture",
             {
@@ -110,7 +115,7 @@ class Pause:
             "root_dir": settings.root_dir,
         }
         parent = s.checkpoint["id"] if s.checkpoint else None
-        manifest = await lc.checkpoints.commit(
+        manifest = await ctx.checkpoints.commit(
             s.id, cid, parent, kernel_meta, result["origin"], result
         )
         self.op.committed = True
@@ -121,9 +126,9 @@ class Pause:
         """The agent's progress into the session; the packages its capture found (sent once,
         as the writing begins) to the warm kernel pool, not to the session."""
         packages = p.get("packages")
-        if packages and self.lc.warm:
-            self.lc.warm.expect(self.s, packages)
-        self.lc.on_progress(self.s)(p)
+        if packages and self.ctx.warm:
+            self.ctx.warm.expect(self.s, packages)
+        progress_into(self.s)(p)
 
     # -- outcomes -------------------------------------------------------------------------------
     async def _paused(self, manifest) -> None:
@@ -137,8 +142,8 @@ class Pause:
             f"{count_text(len(manifest.doc['objects']), 'object')} saved"
             + (f"; not saved: {', '.join(x['name'] for x in skipped)}" if skipped else "")
         )
-        await self.lc.table.persist(s)
-        await self.lc.table.record_event(
+        await self.ctx.table.persist(s)
+        await self.ctx.table.record_event(
             s,
             "paused",
             self.reason,
@@ -148,10 +153,10 @@ class Pause:
             message=s.message,
             **self._timings(manifest),
         )
-        if self.lc.maintenance:  # retention, once this pause has ended
-            self.lc.maintenance.after_pause(s)
-        if self.lc.warm:  # a resume of this kernelspec may come: keep a kernel ready
-            self.lc.warm.nudge()
+        if self.ctx.upkeep:  # retention, once this pause has ended
+            self.ctx.upkeep.after_pause(s)
+        if self.ctx.warm:  # a resume of this kernelspec may come: keep a kernel ready
+            self.ctx.warm.nudge()
 
     async def _cancelled(self) -> None:
         if self.op.abandon is not None:  # a stopping server gave up on it (shutdown.py)
@@ -159,8 +164,8 @@ class Pause:
             return
         s = self.s
         s.state, s.message = "active", "Pause cancelled; the kernel was not touched"
-        await self.lc.table.persist(s)
-        await self.lc.table.record_event(
+        await self.ctx.table.persist(s)
+        await self.ctx.table.record_event(
             s, "cancelled", self.reason, message=s.message, operation="pause", **self.clock.report()
         )
 
@@ -168,14 +173,17 @@ class Pause:
         """Before the commit point: the kernel and its state are intact."""
         reason, text = failure(e)
         if reason == "internal":
-            self.lc.log.error("jupyter_gpu_pause: pause of %s", self.s.path, exc_info=e)
-        s = self.s
-        s.state = "active"
-        s.error = {"message": text, "reason": reason, "state_intact": True}
-        s.message = f"Pause failed: {text}. The kernel is still running with all its variables."
-        await self.lc.table.persist(s)
-        await self.lc.table.record_event(
-            s, "pause_failed", self.reason, message=text, error_reason=reason, **self._timings()
+            self.ctx.log.error("jupyter_gpu_pause: pause of %s", self.s.path, exc_info=e)
+        await self.ctx.table.fail(
+            self.s,
+            "pause_failed",
+            self.reason,
+            state="active",
+            reason=reason,
+            text=text,
+            intact=True,
+            message=f"Pause failed: {text}. The kernel is still running with all its variables.",
+            **self._timings(),
         )
 
     async def _lost(self, e: KernelDied) -> None:
@@ -188,20 +196,17 @@ class Pause:
             else " There is no earlier checkpoint of this session."
         )
         text = f"The kernel died while its checkpoint was being written ({e}); its memory is lost."
-        if await self.lc.bridge.settle(self.kernel_id, e.pid):
+        if await self.ctx.bridge.settle(self.kernel_id, e.pid):
             text += f" Jupyter restarted it empty (kernel {self.kernel_id})."
         else:
             s.kernel_id = None
-        s.state = "failed"
-        s.error = {"message": text + older, "reason": "kernel-died", "state_intact": False}
-        s.message = s.error["message"]
-        await self.lc.table.persist(s)
-        await self.lc.table.record_event(
+        await self.ctx.table.fail(
             s,
             "pause_failed",
             self.reason,
-            message=s.message,
-            error_reason="kernel-died",
+            reason="kernel-died",
+            text=text + older,
+            intact=False,
             **self._timings(),
         )
 
@@ -209,22 +214,16 @@ class Pause:
         """After the commit point: the checkpoint is safe; only stopping the kernel failed."""
         s = self.s
         _, why = failure(e) if isinstance(e, Exception) else ("cancelled", "it was interrupted")
-        s.state, s.checkpoint = "failed", checkpoint_brief(manifest)
-        s.error = {
-            "message": f"the checkpoint {manifest.id} is complete but the kernel could not be "
-            f"stopped ({why}); its GPU may still be held. Shut the kernel down, or resume "
-            "into it",
-            "reason": "shutdown",
-            "state_intact": True,
-        }
-        s.message = s.error["message"]
-        await self.lc.table.persist(s)
-        await self.lc.table.record_event(
+        s.checkpoint = checkpoint_brief(manifest)
+        await self.ctx.table.fail(
             s,
             "pause_failed",
             self.reason,
-            message=s.message,
-            error_reason="shutdown",
+            reason="shutdown",
+            text=f"the checkpoint {manifest.id} is complete but the kernel could not be "
+            f"stopped ({why}); its GPU may still be held. Shut the kernel down, or resume "
+            "into it",
+            intact=True,
             checkpoint_id=manifest.id,
             bytes=manifest.total_bytes,
             **self._timings(manifest),

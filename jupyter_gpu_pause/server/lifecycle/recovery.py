@@ -25,8 +25,9 @@ import os
 import posixpath
 
 from ...store import IntegrityError, StoreError
+from ..state.checkpoints import checkpoint_brief
 from ..state.model import Session
-from .operations import checkpoint_brief
+from .context import RecoveryContext
 
 
 def belongs_here(kernel: dict, owner: str, root_dir: str) -> bool:
@@ -60,32 +61,32 @@ def session_from_manifest(manifest) -> Session:
 class Recovery:
     """One pass over the store: bring back lost sessions, flag those whose checkpoints went."""
 
-    def __init__(self, lc, again: bool = False):
-        self.lc, self.again = lc, again  # again: a rescan, logged only when it changed something
+    def __init__(self, ctx: RecoveryContext, again: bool = False):
+        self.ctx, self.again = ctx, again  # again: a rescan, logged only when it changed something
         self.brought_back = 0
         self.not_ours = 0
         self.newer = 0
 
     async def run(self) -> None:
-        lc = self.lc
-        if await lc.checkpoints.prepare_key():
+        ctx = self.ctx
+        if await ctx.checkpoints.prepare_key():
             return  # nothing can be verified; the key problem is already reported
         try:
-            stored = await lc.checkpoints.session_ids()
-            discarded = await lc.records.discarded()
-            known = set(lc.table.sessions)
+            stored = await ctx.checkpoints.session_ids()
+            discarded = await ctx.records.discarded()
+            known = set(ctx.table.sessions)
             for sid in stored:
                 if sid not in known and sid not in discarded:
                     await self._bring_back(sid)
-            for s in list(lc.table):
-                if s.state == "paused" and s.id not in lc.ops:
+            for s in list(ctx.table):
+                if s.state == "paused" and s.id not in ctx.ops:
                     await self._check_paused(s)
         except StoreError as e:
-            lc.log.warning("jupyter_gpu_pause: could not read the store: %s", e)
+            ctx.log.warning("jupyter_gpu_pause: could not read the store: %s", e)
             return
         if self.again and not (self.brought_back or self.newer):
             return
-        lc.log.info(
+        ctx.log.info(
             "jupyter_gpu_pause: store read: %d session(s) brought back from it, %d of other "
             "servers left alone, %d paused with a newer checkpoint (written by another server)",
             self.brought_back,
@@ -94,31 +95,31 @@ class Recovery:
         )
 
     async def _bring_back(self, sid: str) -> None:
-        lc = self.lc
-        settings = lc.settings
-        for cid in await lc.checkpoints.ids(sid):
+        ctx = self.ctx
+        settings = ctx.settings
+        for cid in await ctx.checkpoints.ids(sid):
             try:
-                manifest = await lc.checkpoints.verify(sid, cid)
+                manifest = await ctx.checkpoints.verify(sid, cid)
             except (IntegrityError, StoreError) as e:
-                lc.log.warning("jupyter_gpu_pause: store session %s: %s", sid, e)
+                ctx.log.warning("jupyter_gpu_pause: store session %s: %s", sid, e)
                 continue
             if not belongs_here(manifest.doc["kernel"], settings.owner, settings.root_dir):
                 self.not_ours += 1
                 return
-            if sid in lc.table.sessions:  # a new kernel under that id meanwhile: keep it
+            if sid in ctx.table.sessions:  # a new kernel under that id meanwhile: keep it
                 return
             s = session_from_manifest(manifest)
-            lc.table.sessions[s.id] = s
+            ctx.table.sessions[s.id] = s
             self.brought_back += 1
-            await lc.table.persist(s)
-            await lc.table.record_event(
+            await ctx.table.persist(s)
+            await ctx.table.record_event(
                 s, "recovered", "store", checkpoint_id=manifest.id, message=s.message
             )
             return
 
     async def _check_paused(self, s: Session) -> None:
-        ids = await self.lc.checkpoints.ids(s.id)
-        if s.state != "paused" or s.id in self.lc.ops:
+        ids = await self.ctx.checkpoints.ids(s.id)
+        if s.state != "paused" or s.id in self.ctx.ops:
             return  # a resume began while the store was listed
         if not ids:
             await self._gone(s)
@@ -127,30 +128,29 @@ class Recovery:
 
     async def _newer(self, s: Session, cid: str) -> None:
         """A newer checkpoint than the records know: another server resumed and paused it."""
-        lc = self.lc
+        ctx = self.ctx
         try:
-            manifest = await lc.checkpoints.verify(s.id, cid)
+            manifest = await ctx.checkpoints.verify(s.id, cid)
         except (IntegrityError, StoreError):
             return  # a resume falls back past it and says why
-        if s.state != "paused" or s.id in lc.ops:
+        if s.state != "paused" or s.id in ctx.ops:
             return
         s.checkpoint = checkpoint_brief(manifest)
         s.message = f"Paused, checkpoint {manifest.id} (written by another server)"
         self.newer += 1
-        await lc.table.persist(s)
+        await ctx.table.persist(s)
 
     async def _gone(self, s: Session) -> None:
         cid = (s.checkpoint or {}).get("id")
-        s.state, s.checkpoint = "failed", None  # nothing to offer a Resume for
-        s.error = {
-            "message": f"the checkpoints of this session (the last one {cid}) are no longer in "
-            f"the store ({self.lc.checkpoints.store.url}); they were deleted outside "
+        s.checkpoint = None  # nothing to offer a Resume for
+        await self.ctx.table.fail(
+            s,
+            "checkpoints_gone",
+            "store",
+            reason="checkpoints-gone",
+            text=f"the checkpoints of this session (the last one {cid}) are no longer in "
+            f"the store ({self.ctx.checkpoints.store.url}); they were deleted outside "
             "jupyter_gpu_pause. Its saved variables cannot be restored: discard the session",
-            "reason": "checkpoints-gone",
-            "state_intact": False,
-        }
-        s.message = s.error["message"]
-        await self.lc.table.persist(s)
-        await self.lc.table.record_event(
-            s, "checkpoints_gone", "store", checkpoint_id=cid, message=s.message
+            intact=False,
+            checkpoint_id=cid,
         )

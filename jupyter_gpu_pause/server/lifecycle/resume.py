@@ -17,11 +17,12 @@ from ...store import IntegrityError, StoreError
 from ...store.format import iso, utcnow
 from ...units import age_text, count_text
 from ..capacity import Grant
-from ..state.errors import AgentFailed, GpuPauseError
+from ..state.checkpoints import checkpoint_brief, gpu_bytes, gpu_bytes_per_device
+from ..state.errors import AgentFailed, GpuPauseError, failure
 from ..state.model import Session
 from .clock import PhaseClock
-from .operations import Op, checkpoint_brief, gpu_bytes, gpu_bytes_per_device
-from .pause import failure
+from .context import ResumeContext, progress_into
+from .operations import Op
 
 NONE_VALID = "no checkpoint of this session passed verification"
 MAX_FALLBACKS = 4  # older checkpoints an object that cannot be restored may come from
@@ -102,8 +103,8 @@ def check_restore_report(report: dict) -> dict:
 
 
 class Resume:
-    def __init__(self, lc, s: Session, op: Op, options: ResumeOptions):
-        self.lc, self.s, self.op, self.options = lc, s, op, options
+    def __init__(self, ctx: ResumeContext, s: Session, op: Op, options: ResumeOptions):
+        self.ctx, self.s, self.op, self.options = ctx, s, op, options
         self.ids = list(options.checkpoint_ids)
         self.refused: list[dict] = []
         self.started: str | None = None  # a kernel this resume started (shut down on failure)
@@ -117,6 +118,13 @@ class Resume:
         self.prefetch = None  # the page-cache warming of the chosen checkpoint's blobs
         self.warm = False  # restoring into a warm kernel, which takes on the session's env
         op.control = self
+
+    def begin(self) -> None:
+        """The session enters ``restoring``, "Resume asked" (admission calls this under its
+        lock): ``waiting`` is shown only once the capacity provider said there is no room."""
+        s = self.s
+        s.state, s.error, s.message = "restoring", None, "Resume asked"
+        s.progress = {"phase": "asked", "done_bytes": 0, "total_bytes": None}
 
     async def run(self) -> None:
         try:
@@ -133,12 +141,12 @@ class Resume:
             self.s.progress, self.s.queue_position, self.s.waiting = None, None, None
             if self.prefetch:
                 self.prefetch.stop()
-            if self.lc.warm:  # the session is no longer paused, or is again: look at the pool
-                self.lc.warm.nudge()
+            if self.ctx.warm:  # the session is no longer paused, or is again: look at the pool
+                self.ctx.warm.nudge()
         await self._resumed(manifest, kid, report, grant)
 
     async def _restore(self):
-        s, lc, into = self.s, self.lc, self.options.into_kernel
+        s, ctx, into = self.s, self.ctx, self.options.into_kernel
         self.clock.enter("verify")
         manifest = await self._next_valid()
         if manifest is None:
@@ -156,17 +164,17 @@ class Resume:
             s.progress = {"phase": "starting", "done_bytes": 0, "total_bytes": manifest.total_bytes}
             self.clock.enter("start")
             if self.prefetch is None:  # while the kernel starts (checkpoints.Prefetch)
-                self.prefetch = lc.checkpoints.prefetch(manifest)
+                self.prefetch = ctx.checkpoints.prefetch(manifest)
             try:
                 # a few at a time (RestoreSlots); saved once it says whether it waits its turn
-                async with lc.restore_slots.hold(s, lambda: lc.table.persist(s)):
+                async with ctx.restore_slots.hold(s, lambda: ctx.table.persist(s)):
                     if into:
                         kid = into
                     else:
                         # a warm kernel (spares.py) has started and imported already
-                        kid = await lc.warm.take(s.kernel_name) if lc.warm else None
+                        kid = await ctx.warm.take(s.kernel_name) if ctx.warm else None
                         self.warm = kid is not None
-                        kid = self.started = kid or await lc.bridge.start(
+                        kid = self.started = kid or await ctx.bridge.start(
                             s.kernel_name, s.cwd, s.path, s.name, grant.env
                         )
                     self.op.kernel_id = kid
@@ -179,40 +187,40 @@ class Resume:
                 continue
             check_restore_report(report)
             self.clock.enter("attach")
-            await lc.bridge.attach(s.path, s.name, s.type, s.kernel_name, kid)
+            await ctx.bridge.attach(s.path, s.name, s.type, s.kernel_name, kid)
             return manifest, kid, report, grant
 
     async def _restore_into(self, kid: str, manifest, grant: Grant):
         """Restore into ``kid``, falling back to older checkpoints that verify."""
-        lc = self.lc
+        ctx = self.ctx
         device = "any" if grant.any else {"gpu": "gpu", "cpu": "cpu"}.get(grant.device, "any")
         become = {}
         if self.warm or self.options.adopt:  # what bridge.start would have given a new kernel
             s = self.s
             become = {
-                "environ": lc.bridge.session_environ(s.path, s.name, grant.env),
-                "cwd": lc.bridge.os_folder(s.cwd),
+                "environ": ctx.bridge.session_environ(s.path, s.name, grant.env),
+                "cwd": ctx.bridge.os_folder(s.cwd),
             }
         while True:
             self.clock.enter("verify")
             fallbacks = await self._fallbacks()
             self.clock.enter("start")  # until the new kernel answers (on_sent)
             try:
-                report = await lc.bridge.run_agent(
+                report = await ctx.bridge.run_agent(
                     kid,
                     "restore",
                     {
                         "manifest": manifest.doc,
-                        "store_url": lc.settings.store_url,
-                        "store_options": lc.settings.store_options,
-                        "store_timeout": lc.settings.store_timeout,
+                        "store_url": ctx.settings.store_url,
+                        "store_options": ctx.settings.store_options,
+                        "store_timeout": ctx.settings.store_timeout,
                         "device": device,
                         "fallbacks": fallbacks,
                         "only_if_unused": self.options.adopt,
                         **become,
                     },
                     # the agent reads every blob first: its last "reading" progress ends that
-                    self.clock.follow(lc.on_progress(self.s), "reading", "read", "unpickle"),
+                    self.clock.follow(progress_into(self.s), "reading", "read", "unpickle"),
                     on_sent=lambda: self.clock.enter("read"),
                 )
                 return manifest, report
@@ -233,7 +241,7 @@ class Resume:
         docs = []
         for cid in self.ids[:MAX_FALLBACKS]:
             try:
-                docs.append((await self.lc.checkpoints.verify(self.s.id, cid)).doc)
+                docs.append((await self.ctx.checkpoints.verify(self.s.id, cid)).doc)
             except (IntegrityError, StoreError):
                 continue  # a resume falling back to it whole will say why
         return docs
@@ -244,18 +252,18 @@ class Resume:
         ``none`` (no capacity asked, the kernel's environment untouched)."""
         if self.options.device:
             return self.options.device
-        return "gpu" if self.lc.gpu_session(self.s) or gpu_bytes(manifest) else "none"
+        return "gpu" if self.ctx.gpu_session(self.s) or gpu_bytes(manifest) else "none"
 
     async def _capacity(self, manifest) -> Grant:
-        lc, mode = self.lc, self._mode(manifest)
+        ctx, mode = self.ctx, self._mode(manifest)
         if mode == "cpu":
             return Grant.cpu()
         if mode == "none":
             return Grant(device="none")
-        need = lc.capacity.need(self.s.id, gpu_bytes_per_device(manifest))
+        need = ctx.capacity.need(self.s.id, gpu_bytes_per_device(manifest))
         try:
             if mode == "any":
-                grant = await lc.capacity.try_now(need)
+                grant = await ctx.capacity.try_now(need)
                 if grant is None:
                     return Grant.cpu()
                 grant.any = True  # the agent uses a visible GPU, else the CPU
@@ -265,7 +273,7 @@ class Resume:
             raise
         except Exception as e:  # the provider's backend (a scheduler, a database) failed
             raise GpuPauseError(
-                f"the capacity provider '{lc.capacity.name}' failed ({type(e).__name__}: {e})",
+                f"the capacity provider '{ctx.capacity.name}' failed ({type(e).__name__}: {e})",
                 "capacity",
             ) from e
 
@@ -274,7 +282,7 @@ class Resume:
 
         The session says ``waiting`` only once the line has said "not yet" (``on_wait``): a
         resume granted at its first look goes from "Resume asked" straight to restoring."""
-        s, lc = self.s, self.lc
+        s, ctx = self.s, self.ctx
         announced = [True] if reason else []  # back in line: _back_in_line announced it
 
         async def on_wait(turn) -> None:
@@ -307,17 +315,17 @@ class Resume:
             s.message = f"Waiting for a GPU (#{turn.position} in line): {why}"
             if not announced:
                 announced.append(True)
-                await lc.table.persist(s)
-                await lc.table.record_event(
+                await ctx.table.persist(s)
+                await ctx.table.record_event(
                     s, "waiting", "user", position=turn.position, reason=code, message=s.message
                 )
 
         began = asyncio.get_running_loop().time()
         line = asyncio.ensure_future(
-            lc.capacity.wait(need, posixpath.basename(s.path), self.asked, on_wait, self.place)
+            ctx.capacity.wait(need, posixpath.basename(s.path), self.asked, on_wait, self.place)
         )
         cpu = asyncio.ensure_future(self.take_cpu.wait())
-        timeout = lc.resume_timeout or None
+        timeout = ctx.resume_timeout or None
         try:
             done, _ = await asyncio.wait(
                 {line, cpu}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
@@ -352,11 +360,11 @@ class Resume:
             "The GPU ran out of memory while restoring (another process took it); "
             "back in line to try once more"
         )
-        await self.lc.table.persist(s)
-        await self.lc.table.record_event(
+        await self.ctx.table.persist(s)
+        await self.ctx.table.record_event(
             s, "waiting", "user", position=None, reason="gpu-oom", message=s.message
         )
-        self.lc.log.warning("jupyter_gpu_pause: %s: %s", s.path, e.message)
+        self.ctx.log.warning("jupyter_gpu_pause: %s: %s", s.path, e.message)
 
     def cpu_now(self) -> None:
         """The user chose the CPU while waiting: leave the line and resume there."""
@@ -367,7 +375,7 @@ class Resume:
         while self.ids:
             cid = self.ids.pop(0)
             try:
-                return await self.lc.checkpoints.verify(self.s.id, cid)
+                return await self.ctx.checkpoints.verify(self.s.id, cid)
             except (IntegrityError, StoreError) as e:
                 self.refused.append(
                     {
@@ -380,21 +388,21 @@ class Resume:
 
     async def _undo(self) -> None:
         """Give back what the resume took: the capacity grant and a kernel it started."""
-        await self.lc.capacity.release(self.s.id)
+        await self.ctx.capacity.release(self.s.id)
         if self.started:
             try:
-                await self.lc.bridge.shutdown(self.started)
+                await self.ctx.bridge.shutdown(self.started)
             except Exception:
-                self.lc.log.exception(
+                self.ctx.log.exception(
                     "jupyter_gpu_pause: could not shut down kernel %s after a failed resume",
                     self.started,
                 )
 
     # -- outcomes -------------------------------------------------------------------------------
     async def _resumed(self, manifest, kid: str, report: dict, grant: Grant) -> None:
-        s, lc = self.s, self.lc
+        s, ctx = self.s, self.ctx
         timings = self.clock.report()  # usable from here: restored and attached
-        await lc.table.merge_into(s, kid)  # the record of into_kernel merges into this one
+        await ctx.table.merge_into(s, kid)  # the record of into_kernel merges into this one
         placed = set(report.get("devices", {}).values())
         if grant.any and placed == {"cpu"}:  # "any" with no GPU visible after all
             s.device, s.grant = "cpu", None
@@ -409,8 +417,8 @@ class Resume:
             + (f"; not restored: {', '.join(f['name'] for f in failed)}" if failed else "")
             + (f"; {len(self.refused)} newer checkpoint(s) refused" if self.refused else "")
         )
-        await lc.table.persist(s)
-        await lc.table.record_event(
+        await ctx.table.persist(s)
+        await ctx.table.record_event(
             s,
             "resumed",
             "user",
@@ -431,8 +439,8 @@ class Resume:
     async def _cancelled(self) -> None:
         s = self.s
         s.state, s.message, s.device, s.grant = "paused", "Resume cancelled", None, None
-        await self.lc.table.persist(s)
-        await self.lc.table.record_event(
+        await self.ctx.table.persist(s)
+        await self.ctx.table.record_event(
             s, "cancelled", "user", message=s.message, operation="resume", **self.clock.report()
         )
 
@@ -440,28 +448,23 @@ class Resume:
         s = self.s
         reason, text = failure(e)
         if reason == "internal":
-            self.lc.log.error("jupyter_gpu_pause: resume of %s", s.path, exc_info=e)
+            self.ctx.log.error("jupyter_gpu_pause: resume of %s", s.path, exc_info=e)
         # Every checkpoint refused: the saved state cannot come back, so say so plainly.
         lost = bool(self.refused) and reason == "integrity"
         if self.refused:
             text += " — refused: " + "; ".join(r["message"] for r in self.refused)
-        s.state, s.device, s.grant = "failed", None, None
+        s.device, s.grant = None, None
         if self.started or not self.options.into_kernel:
             s.kernel_id = None  # the kernel started for the resume is gone again
-        s.error = {
-            "message": text,
-            "reason": reason,
-            "state_intact": not lost,
-            "refused": self.refused,
-        }
-        s.message = f"Resume failed: {text}. The checkpoints are unchanged."
-        await self.lc.table.persist(s)
-        await self.lc.table.record_event(
+        await self.ctx.table.fail(
             s,
             "resume_failed",
             "user",
-            message=text,
-            error_reason=reason,
+            reason=reason,
+            text=text,
+            intact=not lost,
+            error={"refused": self.refused},
+            message=f"Resume failed: {text}. The checkpoints are unchanged.",
             refused=self.refused,
             **self.clock.report(),
         )

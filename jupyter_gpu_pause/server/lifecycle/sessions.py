@@ -17,13 +17,16 @@ import asyncio
 import posixpath
 import re
 from collections.abc import Callable
-from typing import Protocol
+from typing import TYPE_CHECKING
 
 from ..kernels.bridge import KernelBridge
-from ..state.errors import NotFound
+from ..state.errors import NotFound, session_error
 from ..state.model import RUNNING, Session
 from ..state.records import Records, new_event
 from .operations import Operations
+
+if TYPE_CHECKING:
+    from .context import KernelUse
 
 # JupyterLab opens a notebook's session under a bare UUID in its folder, then renames it to the
 # notebook's path (SessionContext: a race on the server otherwise); while both exist for one
@@ -41,16 +44,6 @@ def resumable(s: Session) -> bool:
     return s.state in ("paused", "waiting", "restoring") or (
         s.state == "failed" and s.checkpoint is not None
     )
-
-
-class KernelUse(Protocol):
-    """Which kernels have run a person's code (``activity.ActivityTracker``)."""
-
-    def ran_code(self, kernel_id: str) -> bool: ...
-
-    def saw_code(self, kernel_id: str) -> None: ...
-
-    def watch(self, kernel_id: str) -> None: ...
 
 
 # The events that end a pause or a resume, and which operation each ends
@@ -91,6 +84,7 @@ class SessionTable:
         ops: Operations,
         log,
         on_change: Callable[[], None] = lambda: None,
+        kernel_use: KernelUse | None = None,
     ):
         self.bridge, self.records, self.ops, self.log = bridge, records, ops, log
         self.on_change = on_change
@@ -101,8 +95,9 @@ class SessionTable:
         # deliveries (the records' outbox), in one transaction, so none is lost to a restart.
         self.outbox = None
         self.sessions: dict[str, Session] = {}
-        # set by the monitor; None: every kernel counts as used, each one a session
-        self.kernel_use: KernelUse | None = None
+        # which kernels ran a person's code (the monitor's tracker); None: every kernel
+        # counts as used, each one a session
+        self.kernel_use = kernel_use
         # kernel id -> notebook path: kernels that ran nothing, on a paused notebook's path
         # (or still on JupyterLab's temporary one), waiting for its resume; no row of their own
         self.waiting_kernels: dict[str, str] = {}
@@ -208,6 +203,33 @@ class SessionTable:
         except Exception:
             self.log.exception("jupyter_gpu_pause: could not save the record of %s", s.path)
         self.on_change()
+
+    async def fail(
+        self,
+        s: Session,
+        event: str,
+        by: str,
+        *,
+        reason: str,
+        text: str,
+        intact: bool,
+        state: str | None = "failed",
+        message: str | None = None,
+        error: dict | None = None,
+        **detail,
+    ) -> None:
+        """The one way a failure is told: the session's ``state`` (None: unchanged, as when a
+        policy's pause was refused and the kernel runs on), its ``error`` (``text``, ``reason``,
+        whether the state is ``intact``; ``error`` adds fields), ``message`` (the sentence the
+        panel shows; ``text`` if None), one persist, and one ``event`` by ``by`` carrying the
+        same text and reason (``detail`` adds to it)."""
+        if state is not None:
+            s.state = state
+        s.progress = s.queue_position = None
+        s.error = session_error(text, reason, intact, **(error or {}))
+        s.message = message or text
+        await self.persist(s)
+        await self.record_event(s, event, by, message=text, error_reason=reason, **detail)
 
     async def record_event(self, s: Session, type_: str, reason: str, /, **detail) -> None:
         """Add an event to the records (with its webhook deliveries), then hand it to every

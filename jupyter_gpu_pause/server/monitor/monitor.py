@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 from ...store.format import iso, utcnow
 from ..capacity.probes import GpuProbe, process_tree
 from ..lifecycle.check import check_report
+from ..lifecycle.lifecycle import Lifecycle
 from ..state.errors import BadRequest, GpuPauseError, WrongState
 from ..state.model import RUNNING, gpu_device_count
 from .accounting import Ledger
@@ -53,7 +54,8 @@ class Monitor:
     def __init__(
         self,
         *,
-        lifecycle,
+        lifecycle: Lifecycle,
+        tracker: ActivityTracker,
         policies: list[Policy],
         probe: GpuProbe,
         poll_interval: float,
@@ -73,14 +75,9 @@ class Monitor:
         self.alarm_hours = gpu_hold_alarm_hours
         self.capture = capture
         self.log = log
-        self.tracker = ActivityTracker(
-            self.bridge.km,
-            self.bridge.agent_sessions,
-            on_activity=self._on_activity,
-            subscribe=getattr(self.bridge, "subscribe_iopub", None),  # a gateway's kernels
-        )
-        lifecycle.user_busy = self.tracker.is_busy
-        lifecycle.table.kernel_use = self.tracker  # which kernels ran a person's code
+        # built by the app before the lifecycle, which reads it too (lifecycle.context.KernelUse)
+        self.tracker = tracker
+        tracker.on_activity = self._on_activity
         self.ledger = Ledger(lifecycle.records)
         self.watches: dict[str, Watch] = {}
         self._task: asyncio.Task | None = None
@@ -307,18 +304,16 @@ class Monitor:
         """A policy's pause or cull failed at once: say why on the session and in an event
         (``pause_failed`` or ``cull_failed``), and schedule the next attempt with backoff."""
         self._back_off(s, w, policy)
-        s.error = {"message": why, "reason": reason, "state_intact": True}
-        s.message = (
-            f"{policy.action.capitalize()} by policy {policy.name} failed: {why}. The kernel is "
-            "still running with all its variables."
-        )
-        await self.lc.table.persist(s)
-        await self.lc.table.record_event(
+        await self.lc.table.fail(
             s,
             f"{policy.action}_failed",
             f"policy:{policy.name}",
-            message=why,
-            error_reason=reason,
+            state=None,  # the kernel runs on, untouched
+            reason=reason,
+            text=why,
+            intact=True,
+            message=f"{policy.action.capitalize()} by policy {policy.name} failed: {why}. The "
+            "kernel is still running with all its variables.",
             retry_at=iso(w.retry_after),
         )
 

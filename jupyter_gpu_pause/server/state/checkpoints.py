@@ -219,3 +219,45 @@ class Prefetch:
 
     def stop(self) -> None:
         self._stopped = True
+
+
+# -- what the server reads of a manifest --------------------------------------------------
+def checkpoint_brief(m) -> dict:
+    """The ``checkpoint`` field of a Session, from a verified manifest."""
+    return {
+        "id": m.id,
+        "created": m.doc["created"],
+        "bytes": m.total_bytes,
+        "objects": len(m.doc["objects"]),
+        "skipped": len(m.doc["skipped"]),
+        "skipped_objects": m.doc["skipped"],
+        "gpu_bytes": gpu_bytes(m),
+        "packages": packages(m),
+    }
+
+
+def packages(m) -> list[str]:
+    """The packages a checkpoint's objects come from, which a warm kernel imports ahead of its
+    restore (``spares.py``); ``torch`` for a checkpoint of tensors written before they were
+    recorded."""
+    kernel = m.doc.get("kernel") or {}
+    names = [p for p in str(kernel.get("packages") or "").split(",") if p.isidentifier()]
+    if not names and m.doc.get("storages"):
+        names = ["torch"]
+    return names
+
+
+def gpu_bytes(m) -> int:
+    """GPU memory a checkpoint needs back: the bytes of its CUDA tensors."""
+    return sum(
+        int(b["bytes"]) for b in m.blobs.values() if str(b.get("device", "cpu")).startswith("cuda")
+    )
+
+
+def gpu_bytes_per_device(m) -> list[int]:
+    """GPU bytes of a checkpoint per saved CUDA device (the grant needs one GPU for each)."""
+    per: dict[str, int] = {}
+    for st in m.doc.get("storages", []):
+        if str(st.get("device", "cpu")).startswith("cuda"):
+            per[st["device"]] = per.get(st["device"], 0) + int(st.get("nbytes", 0))
+    return list(per.values())

@@ -1,9 +1,14 @@
 """Domain errors: what went wrong in words a user can act on, plus a status for the REST API.
 
 Services raise these; the handlers turn them into ``{"message", "reason"}`` with the status.
+An operation that fails tells it on the session: ``failure`` turns any exception into words, and
+``session_error`` is the session's ``error`` field (``SessionTable.fail`` writes both).
 """
 
 from __future__ import annotations
+
+from ...store import IntegrityError, StoreError
+from ...store.schema import ManifestError
 
 
 class GpuPauseError(Exception):
@@ -69,3 +74,22 @@ class KernelDied(GpuPauseError):
     def __init__(self, message: str, reason: str | None = None, pid: int | None = None):
         super().__init__(message, reason)
         self.pid = pid
+
+
+def failure(e: BaseException) -> tuple[str, str]:
+    """``(reason, message)`` of an exception, in words a user can act on."""
+    if isinstance(e, GpuPauseError):
+        return e.reason, e.message
+    if isinstance(e, ManifestError):
+        return "bad-agent-reply", f"the kernel reported a checkpoint the server cannot trust ({e})"
+    if isinstance(e, IntegrityError):
+        return "integrity", str(e)
+    if isinstance(e, (StoreError, OSError)):
+        return "store", str(e) or type(e).__name__
+    return "internal", f"an unexpected error in jupyter_gpu_pause ({type(e).__name__}: {e})"
+
+
+def session_error(message: str, reason: str, state_intact: bool, **more) -> dict:
+    """A session's ``error`` (the REST contract): what failed, its reason code, and whether the
+    user's variables are still somewhere (the running kernel, or a checkpoint)."""
+    return {"message": message, "reason": reason, "state_intact": state_intact, **more}

@@ -1,0 +1,123 @@
+"""What each operation may use, named: the contexts ``Lifecycle`` builds once, complete, when it
+is built, and hands to every pause, resume, dry run and recovery it starts, and to the store's
+upkeep.
+
+An operation reads only its context: a change to the resume path can touch what
+``ResumeContext`` lists and nothing else, and a reader sees at a glance that a pause never
+waits for capacity and a dry run never writes a record. Nothing here is set after it is built
+(the contexts are frozen); the services that live above this room (the store's upkeep, the
+activity tracker) come in through the protocols below, so the lifecycle imports none of them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from ..state.model import Session
+
+if TYPE_CHECKING:
+    from ..capacity import Capacity
+    from ..kernels.bridge import KernelBridge
+    from ..state.checkpoints import Checkpoints
+    from ..state.records import Records
+    from .operations import Operations, PauseSettings
+    from .sessions import SessionTable
+    from .slots import RestoreSlots
+    from .spares import WarmKernels
+
+
+class StoreUpkeep(Protocol):
+    """What a pause tells the store's upkeep (``integrations.maintenance.StoreMaintenance``)."""
+
+    def drop_intents(self, checkpoint_id: str) -> None:
+        """The checkpoint is written, or never will be: its blobs need no protection from GC."""
+
+    def after_pause(self, s: Session) -> None:
+        """A pause completed: apply retention once its operation has ended."""
+
+
+class KernelUse(Protocol):
+    """What a person did in which kernel (``monitor.activity.ActivityTracker``)."""
+
+    def is_busy(self, kernel_id: str) -> bool:
+        """A person's cell runs now (our agent's requests excluded)."""
+
+    def ran_code(self, kernel_id: str) -> bool:
+        """The kernel ran a person's code since it was watched."""
+
+    def saw_code(self, kernel_id: str) -> None:
+        """It did, as learned another way (its execution count, a call from a cell)."""
+
+    def watch(self, kernel_id: str) -> None:
+        """Start watching it now."""
+
+
+@dataclass(frozen=True)
+class PauseContext:
+    bridge: KernelBridge
+    table: SessionTable
+    checkpoints: Checkpoints
+    capacity: Capacity  # only to release the GPU once the kernel stopped
+    settings: PauseSettings
+    log: logging.Logger
+    warm: WarmKernels | None  # told a GPU session is pausing, and which packages it uses
+    upkeep: StoreUpkeep | None
+    gpu_session: Callable[[Session], bool]
+
+
+@dataclass(frozen=True)
+class ResumeContext:
+    bridge: KernelBridge
+    table: SessionTable
+    checkpoints: Checkpoints
+    capacity: Capacity
+    settings: PauseSettings
+    log: logging.Logger
+    warm: WarmKernels | None  # a kernel to restore into, started ahead
+    restore_slots: RestoreSlots
+    resume_timeout: float  # seconds in line before a resume gives up (0: never)
+    gpu_session: Callable[[Session], bool]
+
+
+@dataclass(frozen=True)
+class CheckContext:
+    """The dry run writes nothing: no table, no records, no store."""
+
+    bridge: KernelBridge
+    settings: PauseSettings
+    ops: Operations  # a session with an operation in flight is not checked
+    user_cell_running: Callable[[str], bool]
+    require_agent: Callable[[Session, str], None]
+
+
+@dataclass(frozen=True)
+class RecoveryContext:
+    table: SessionTable
+    records: Records  # the sessions a user discarded, which the store must not bring back
+    checkpoints: Checkpoints
+    settings: PauseSettings
+    ops: Operations
+    log: logging.Logger
+
+
+@dataclass(frozen=True)
+class UpkeepContext:
+    """What the store's upkeep (retention, garbage collection) reads of the sessions."""
+
+    table: SessionTable
+    checkpoints: Checkpoints
+    busy_sessions: Callable[[], set[str]]  # a pause or resume in flight: left alone
+    op_task: Callable[[str], asyncio.Future | None]
+
+
+def progress_into(s: Session) -> Callable[[dict], None]:
+    """The agent's progress updates onto the session (what the panel and ``GET`` show)."""
+
+    def update(p: dict) -> None:
+        s.progress = {k: v for k, v in p.items() if k != "packages"}  # the pool's, not ours
+
+    return update
