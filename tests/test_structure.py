@@ -99,3 +99,73 @@ def test_a_room_imports_only_the_rooms_below_it(room):
 def test_a_room_stays_readable(room):
     lines = sum(len(p.read_text().splitlines()) for p in (SERVER / room).rglob("*.py"))
     assert lines <= ROOM_LINES, f"server/{room}/ has {lines} lines: split it into two rooms"
+
+
+# -- who may write a session's state -------------------------------------------------------------
+# The operation in flight writes its session's states (Pause, Resume); the session table writes
+# what happens outside an operation (a kernel gone, a restart) and every failure (``fail``).
+STATE_WRITERS = {"lifecycle/pause.py", "lifecycle/resume.py", "lifecycle/sessions.py"}
+
+
+def _state_writes(path: Path) -> list[int]:
+    lines = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        targets = []
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        for target in targets:
+            flat = target.elts if isinstance(target, ast.Tuple) else [target]
+            if any(isinstance(t, ast.Attribute) and t.attr in ("state", "error") for t in flat):
+                lines.append(node.lineno)
+    return lines
+
+
+def test_only_the_operations_and_the_session_table_write_a_state():
+    wrong = [
+        f"{rel}:{line}"
+        for p in _modules()
+        if (rel := str(p.relative_to(SERVER))) not in STATE_WRITERS
+        for line in _state_writes(p)
+    ]
+    assert wrong == [], "a session's state or error written outside its owners:\n" + "\n".join(
+        wrong
+    )
+
+
+def test_a_failure_is_told_one_way():
+    """``SessionTable.fail`` (with ``errors.session_error``) is the only place that builds a
+    session's error: each failure persists once and records its event with the same reason."""
+    builders = [
+        str(p.relative_to(SERVER))
+        for p in _modules()
+        if '"state_intact"' in p.read_text() and p.relative_to(SERVER) != Path("state/errors.py")
+    ]
+    assert builders == []
+
+
+# -- what an operation may reach -------------------------------------------------------------------
+OPERATIONS = {
+    "lifecycle.pause.Pause": "PauseContext",
+    "lifecycle.resume.Resume": "ResumeContext",
+    "lifecycle.check.DryRun": "CheckContext",
+    "lifecycle.recovery.Recovery": "RecoveryContext",
+    "integrations.maintenance.StoreMaintenance": "UpkeepContext | None",
+    "integrations.shutdown.EmergencyCheckpoint": "Lifecycle",
+    "integrations.hub.StopWhenPaused": "Lifecycle",
+    "monitor.monitor.Monitor": "Lifecycle",
+}
+
+
+@pytest.mark.parametrize("name", sorted(OPERATIONS))
+def test_an_operation_reaches_the_lifecycle_through_a_typed_handle(name):
+    """Each operation names what it may use: a context built once (lifecycle/context.py), or
+    for the services above the lifecycle, the Lifecycle itself, typed."""
+    import importlib
+    import inspect
+
+    module, cls = name.rsplit(".", 1)
+    init = getattr(importlib.import_module(f"jupyter_gpu_pause.server.{module}"), cls).__init__
+    params = [p for p in inspect.signature(init).parameters.values() if p.name != "self"]
+    assert params[0].annotation == OPERATIONS[name], f"{name}: {params[0]}"
