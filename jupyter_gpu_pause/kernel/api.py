@@ -81,7 +81,7 @@ def check():
 # A kernel behind a gateway (Enterprise Gateway) gets only KERNEL_* variables from the server:
 # the server's URL, its id (KERNEL_ID, chosen by the server) and a key the server derived from
 # that id, to derive its capability from (its own connection key is known to the gateway only).
-# See server/gateway.py.
+# See server/kernels/gateway.py.
 GATEWAY_URL_VARIABLE = "KERNEL_GPU_PAUSE_URL"
 GATEWAY_KEY_VARIABLE = "KERNEL_GPU_PAUSE_KEY"
 

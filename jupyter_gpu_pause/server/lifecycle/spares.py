@@ -220,7 +220,7 @@ class WarmKernels:
             return
         if w.task and not w.task.done():
             # let it finish rather than cancel it: a kernel start cancelled half way stays
-            # registered in jupyter_client and breaks the server's own shutdown (kernels.py)
+            # registered in jupyter_client and breaks the server's own shutdown (kernels/bridge.py)
             with contextlib.suppress(Exception, asyncio.CancelledError):
                 await asyncio.shield(w.task)
         if w.kernel_id is None:
