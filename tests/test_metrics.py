@@ -8,9 +8,9 @@ import importlib
 
 import pytest
 
-from jupyter_gpu_pause.server.telemetry import metrics
 from jupyter_gpu_pause.server.app import GpuPauseApp
 from jupyter_gpu_pause.server.capacity.probes import GpuUsage
+from jupyter_gpu_pause.server.telemetry import metrics
 from jupyter_gpu_pause.store import GcBusy, StoreError
 from tests.fakes import FakeProbe
 from tests.scrape import Scrape, scrape

@@ -16,9 +16,11 @@ from pathlib import Path
 
 import psutil
 import pytest
+from traitlets.config import Config
 
 from jupyter_gpu_pause.server.app import GpuPauseApp
 from jupyter_gpu_pause.server.config.checks import ConfigError, check_store
+from jupyter_gpu_pause.server.config.settings import GpuPauseSettings
 from jupyter_gpu_pause.store.integrity import Signer
 from tests.servers import READBACK, STATE, Server
 
@@ -440,3 +442,28 @@ def test_which_store_options_count_as_credentials(tmp_path, options, refused):
     with pytest.raises(ConfigError) as e:
         check_store("s3://bucket/ckpts", options)
     assert f"credentials ({refused}" in str(e.value) and "AWS_ACCESS_KEY_ID" in str(e.value)
+
+
+def test_the_settings_are_gpupauseapps_alone():
+    # Given the settings declared on a mixin (config/settings.py) that GpuPauseApp inherits,
+    # and a configuration that also names the mixin
+    config = Config()
+    config.GpuPauseSettings.poll_interval = 99.0
+    config.GpuPauseApp.store_timeout = 7.0
+    # When the app reads it
+    app = GpuPauseApp(config=config)
+    # Then only the GpuPauseApp section counts, and help lists every setting under GpuPauseApp
+    assert (app.poll_interval, app.store_timeout) == (10.0, 7.0)
+    assert "GpuPauseSettings" not in GpuPauseApp.section_names()
+    help_text = GpuPauseApp.class_get_help()
+    for name in GpuPauseSettings.class_trait_names(config=True):
+        assert f"--GpuPauseApp.{name}=" in help_text
+
+
+def test_the_readme_table_lists_every_setting():
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    table = readme.split("## Configuration (`c.GpuPauseApp.*`)")[1].split("\n\n")[2]
+    missing = [
+        name for name in GpuPauseSettings.class_trait_names(config=True) if f"`{name}`" not in table
+    ]
+    assert missing == [], f"add these to the README's configuration table: {missing}"

@@ -281,9 +281,10 @@ def usage(params: dict) -> None:
 
 
 def _become(environ: dict, cwd: str | None) -> None:
-    """A warm kernel (``server/lifecycle/spares.py``) was started before anyone knew which session it
-    would restore: take on that session's environment and folder before anything reads them
-    (CUDA reads ``CUDA_VISIBLE_DEVICES`` when it initialises, which the restore does later)."""
+    """A warm kernel (``server/lifecycle/spares.py``) was started before anyone knew which
+    session it would restore: take on that session's environment and folder before anything
+    reads them (CUDA reads ``CUDA_VISIBLE_DEVICES`` when it initialises, which the restore does
+    later)."""
     import os
 
     os.environ.update({str(k): str(v) for k, v in environ.items()})

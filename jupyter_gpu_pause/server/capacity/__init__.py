@@ -17,7 +17,6 @@ from .providers import (
     PROVIDERS,
     AutoCapacity,
     NvmlCapacity,
-    ProviderClass,
     QuotaCapacity,
     build_provider,
 )
@@ -38,7 +37,6 @@ __all__ = [
     "NeverFits",
     "NvmlCapacity",
     "PostgresQueue",
-    "ProviderClass",
     "QueueError",
     "QueueUnavailable",
     "QuotaCapacity",

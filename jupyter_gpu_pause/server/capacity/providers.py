@@ -7,7 +7,7 @@ becomes ``nvml`` where NVML sees a GPU, else ``unlimited``.
 
 from __future__ import annotations
 
-from traitlets import Int, TraitError, Type, validate
+from traitlets import Int, validate
 
 from ...units import size_text
 from ..config.traits import not_negative
@@ -149,21 +149,6 @@ PROVIDERS = {
     "quota": QuotaCapacity,
     "unlimited": UnlimitedCapacity,
 }
-
-
-class ProviderClass(Type):
-    """A ``Type`` trait that also takes the providers' short names."""
-
-    def validate(self, obj, value):
-        if isinstance(value, str) and value in PROVIDERS:
-            value = PROVIDERS[value]
-        elif isinstance(value, str) and "." not in value:
-            raise TraitError(
-                f"The '{self.name}' trait of {type(obj).__name__} instance must be one of "
-                f"{', '.join(repr(p) for p in PROVIDERS)} or an importable class "
-                "(package.module.Class), not a name nobody knows"
-            )
-        return super().validate(obj, value)
 
 
 def build_provider(cls: type, parent, probe: GpuProbe) -> CapacityProvider:

@@ -151,13 +151,29 @@ class Monitor:
     def _outrank_jupyter_culler(self) -> None:
         """When jupyter_server's own culler is on, it skips kernels one of our policies governs.
 
-        jupyter_server has no supported way to exempt one kernel from its culler: the only
-        per-kernel knob, ``cull_idle_timeout`` in kernelspec metadata, is per kernelspec, not
-        per session, and a policy governs sessions. ``cull_kernels`` calls
-        ``cull_kernel_if_idle(kernel_id)`` for each kernel, so that method, on this kernel
-        manager instance, is the one seam: wrapped here, restored at stop, and checked by
-        ``tests/test_jupyter_seams.py`` against the installed jupyter_server so a change
-        there fails loudly instead of silently culling governed kernels.
+        Why a patch, and the one place that says so. jupyter_server (2.21.1 here; its
+        kernelmanager.py is the same as v2.20.0's and main's) has no supported way to exempt
+        one kernel from its culler:
+        https://github.com/jupyter-server/jupyter_server/blob/v2.20.0/jupyter_server/services/kernels/kernelmanager.py#L701-L763
+        ``MappingKernelManager.cull_kernels`` (a PeriodicCallback) awaits
+        ``self.cull_kernel_if_idle(kernel_id)`` for each kernel, which shuts the kernel down
+        with no hook, event or veto before it. What there is does not fit:
+
+        - ``cull_idle_timeout`` in kernelspec metadata (since 2.9) is per kernelspec; a policy
+          governs sessions, and which it governs changes as they run.
+        - the ``kernel_actions`` event is emitted after the shutdown, not before.
+        - a ``MappingKernelManager`` subclass offered as ``c.ServerApp.kernel_manager_class``
+          would need every admin to change their config, and that one slot is also what the
+          gateway (``GatewayMappingKernelManager``) and other extensions set.
+
+        So that method, on this kernel manager instance only, is the seam: wrapped here,
+        restored at stop, and checked by ``tests/test_jupyter_seams.py`` against the installed
+        jupyter_server (``cull_kernels`` still calls it, per kernel, async, with
+        ``kernel_id`` alone), so a change there fails loudly instead of silently culling
+        governed kernels. An upstream change that would retire it: a list of exemption
+        predicates on ``MappingKernelManager`` (say ``cull_exemptions``, each called with the
+        kernel id; any True skips the kernel) consulted by ``cull_kernel_if_idle`` before it
+        shuts a kernel down, for extensions to append to.
         """
         km = self.bridge.km
         original = getattr(km, "cull_kernel_if_idle", None)

@@ -22,15 +22,6 @@ KEYS = {
     "count_connected": bool,
     "max_keepalive": (int, float),
 }
-DEFAULT_POLICIES = [
-    {
-        "name": "gpu-default",
-        "match": {"uses_gpu": True},
-        "idle_timeout": 3600,
-        "warn_before": 300,
-        "action": "pause",
-    }
-]
 
 
 class PolicyError(ValueError):
