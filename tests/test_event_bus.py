@@ -18,7 +18,7 @@ FIELDS = {"time", "session_id", "type", "reason", "detail", "path", "state", "ke
 
 def shipped_schema() -> dict:
     """The schema as the installed package carries it (what pip puts in site-packages)."""
-    text = files("jupyter_gpu_pause.server").joinpath("events", "lifecycle.yaml").read_text()
+    text = files("jupyter_gpu_pause.server.state").joinpath("events", "lifecycle.yaml").read_text()
     return yaml.safe_load(text)
 
 
