@@ -18,7 +18,7 @@ FIELDS = {"time", "session_id", "type", "reason", "detail", "path", "state", "ke
 
 def shipped_schema() -> dict:
     """The schema as the installed package carries it (what pip puts in site-packages)."""
-    text = files("jupyter_gpu_pause.server").joinpath("events", "lifecycle.yaml").read_text()
+    text = files("jupyter_gpu_pause.server.state").joinpath("events", "lifecycle.yaml").read_text()
     return yaml.safe_load(text)
 
 
@@ -80,12 +80,13 @@ async def test_schema_is_shipped_and_registered(lab):
     # Then our schema is registered with jupyter_server's event logger, from the package's file
     registered = lab.app.event_logger.schemas.get(SCHEMA_ID)
     schema = shipped_schema()
-    assert schema["$id"] == SCHEMA_ID and registered.version == schema["version"] == "1"
+    assert schema["$id"] == SCHEMA_ID and registered.version == schema["version"] == "2"
     assert set(schema["required"]) == FIELDS == set(schema["properties"])
-    # And a payload missing a field or carrying an unknown one is refused by it
-    good = {f: "x" for f in FIELDS} | {"detail": {}, "kernel_id": None}
+    # And a payload missing a field, carrying an unknown one or of an unknown type is refused
+    good = {f: "x" for f in FIELDS} | {"type": "paused", "detail": {}, "kernel_id": None}
     lab.app.event_logger.schemas.validate_event(SCHEMA_ID, good)
-    for bad in ({k: v for k, v in good.items() if k != "state"}, {**good, "extra": 1}):
+    missing = {k: v for k, v in good.items() if k != "state"}
+    for bad in (missing, {**good, "extra": 1}, {**good, "type": "x"}):
         try:
             lab.app.event_logger.schemas.validate_event(SCHEMA_ID, bad)
         except jsonschema.ValidationError:

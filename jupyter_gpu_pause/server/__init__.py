@@ -11,9 +11,11 @@ says what lives in it and what it may import (``tests/test_structure.py`` keeps 
     integrations  hub, shutdown, preemption, maintenance    imports: all but monitor, web
     web         the REST handlers                           imports: config, state
 
-For an extension listening on the event bus, ``SCHEMA_ID`` is our events' schema id.
+For an extension listening on the event bus, ``SCHEMA_ID`` is our events' schema id and
+``EventType`` the types its events have.
 """
 
 from .state.bus import SCHEMA_ID
+from .state.event_types import EventType
 
-__all__ = ["SCHEMA_ID"]
+__all__ = ["SCHEMA_ID", "EventType"]

@@ -350,8 +350,10 @@ export class EventNotifier implements IDisposable {
         }
         break;
       default:
-        // keepalive, cancelled, checkpoint_deleted: the user did it and
-        // already sees the result.
+        // keepalive, cancelled, checkpoint_deleted, discarded: the user did
+        // it and already sees the result. checkpoints_gone, recovered,
+        // server_stop, server_stop_failed: no toast (yet); the panel shows
+        // the session as it is once it refreshes.
         break;
     }
   }

@@ -322,7 +322,9 @@ export interface ISession {
 }
 
 /**
- * Types of lifecycle events.
+ * Types of lifecycle events: exactly the `enum` of the server's event schema
+ * (`EventType` in `server/state/event_types.py`; docs/webhooks.md says what
+ * each means). `tests/test_event_vocabulary.py` fails when they differ.
  */
 export type EventType =
   | 'warned'
@@ -336,7 +338,12 @@ export type EventType =
   | 'culled'
   | 'cull_failed'
   | 'gpu_hold_alarm'
-  | 'checkpoint_deleted';
+  | 'checkpoint_deleted'
+  | 'checkpoints_gone'
+  | 'recovered'
+  | 'discarded'
+  | 'server_stop'
+  | 'server_stop_failed';
 
 /**
  * A lifecycle event, as listed by `GET events`.

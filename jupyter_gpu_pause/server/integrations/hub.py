@@ -38,6 +38,7 @@ from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 from ..config.checks import ConfigError
 from ..lifecycle.lifecycle import Lifecycle
 from ..state.errors import GpuPauseError
+from ..state.event_types import EventType
 from ..state.model import Session
 
 TRAIT = "GpuPauseApp.stop_server_when_paused"
@@ -198,7 +199,7 @@ class StopWhenPaused:
 
     # -- the listener ---------------------------------------------------------------------------
     def __call__(self, event: dict, s: Session) -> None:
-        if event["type"] != "paused" or self.stopping or self.closed:
+        if event["type"] != EventType.PAUSED or self.stopping or self.closed:
             return
         if self._task is not None and not self._task.done():
             self._again = s.id  # checked again once the running check ends
@@ -286,7 +287,7 @@ class StopWhenPaused:
             "jupyter_gpu_pause: %s: %s (%s)", TRAIT, detail["message"], ", ".join(paused)
         )
         if trigger is not None:
-            await lc.table.record_event(trigger, "server_stop", REASON, **detail)
+            await lc.table.record_event(trigger, EventType.SERVER_STOP, REASON, **detail)
         self.stopping = True
         try:
             await self.client.stop_server()
@@ -299,7 +300,7 @@ class StopWhenPaused:
             self.log.error("jupyter_gpu_pause: %s: %s", TRAIT, message)
             if trigger is not None:
                 await lc.table.record_event(
-                    trigger, "server_stop_failed", REASON, message=message, error=str(e)
+                    trigger, EventType.SERVER_STOP_FAILED, REASON, message=message, error=str(e)
                 )
 
     async def stop(self) -> None:

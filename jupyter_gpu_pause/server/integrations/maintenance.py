@@ -28,6 +28,7 @@ from ...store.retention import Deletion, Entry, Retention, checkpoint_time, plan
 from ..config.traits import not_negative
 from ..lifecycle.context import UpkeepContext
 from ..state.errors import GpuPauseError, WrongState
+from ..state.event_types import EventType
 from ..state.model import RUNNING, Session
 from ..telemetry.metrics import store_failed
 
@@ -239,7 +240,7 @@ class StoreMaintenance(LoggingConfigurable):
                 await _in_thread(self.store.delete_manifest, d.session_id, d.checkpoint_id)
                 await self.ctx.table.record_event(
                     s,
-                    "checkpoint_deleted",
+                    EventType.CHECKPOINT_DELETED,
                     "retention",
                     rule=d.rule,
                     checkpoint_id=d.checkpoint_id,

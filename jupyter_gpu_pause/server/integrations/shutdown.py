@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 from ..lifecycle.lifecycle import Lifecycle
 from ..state.errors import failure
+from ..state.event_types import EventType
 from ..state.model import RUNNING, Session
 
 MODES = ("gpu", "all", "none")
@@ -158,7 +159,7 @@ class EmergencyCheckpoint:
                 outcome.failed.append(s.path)
                 await lc.table.record_event(
                     s,
-                    "pause_failed",
+                    EventType.PAUSE_FAILED,
                     reason,
                     message=f"not checkpointed at {reason}: {text}",
                     error_reason=why,
@@ -212,7 +213,7 @@ class EmergencyCheckpoint:
         )
         await self.lc.table.fail(
             s,
-            "pause_failed",
+            EventType.PAUSE_FAILED,
             reason,
             reason=TIMEOUT_REASON,
             text=text,

@@ -18,6 +18,7 @@ from ..capacity.gpu_sessions import holders, is_gpu_session
 from ..kernels.bridge import KernelBridge
 from ..state.checkpoints import Checkpoints
 from ..state.errors import BadRequest, GpuPauseError, NotFound, Unavailable, WrongState
+from ..state.event_types import EventType
 from ..state.model import RUNNING, Session
 from ..state.records import Records
 from ..state.views import session_json
@@ -193,7 +194,7 @@ class Lifecycle:
         await self.bridge.shutdown(kernel_id)
         await self.table.record_event(
             s,
-            "culled",
+            EventType.CULLED,
             reason,
             kernel_id=kernel_id,
             message=f"{s.path}: kernel shut down by {reason} without a checkpoint; "
@@ -217,7 +218,7 @@ class Lifecycle:
             text += "; the kernel was not touched"
         await self.table.fail(
             s,
-            f"{op.kind}_failed",
+            EventType.failed(op.kind),
             op.reason,
             state="active" if kernel_kept else "failed",
             reason="internal",
@@ -383,11 +384,15 @@ class Lifecycle:
         if delete_checkpoints:
             for cid in await self.checkpoints.ids(s.id):
                 await self.checkpoints.delete(s.id, cid)
-                await self.table.record_event(s, "checkpoint_deleted", "user", checkpoint_id=cid)
+                await self.table.record_event(
+                    s, EventType.CHECKPOINT_DELETED, "user", checkpoint_id=cid
+                )
         del self.table.sessions[s.id]
         await self.records.delete(s.id)
         # Kept checkpoints would otherwise come back at the next start (recovery.py)
-        await self.table.record_event(s, "discarded", "user", delete_checkpoints=delete_checkpoints)
+        await self.table.record_event(
+            s, EventType.DISCARDED, "user", delete_checkpoints=delete_checkpoints
+        )
 
     # -- resume --------------------------------------------------------------------------------
     async def resume(

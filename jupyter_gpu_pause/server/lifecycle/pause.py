@@ -16,6 +16,7 @@ from ...store.schema import check_capture
 from ...units import count_text, size_text
 from ..state.checkpoints import checkpoint_brief
 from ..state.errors import KernelDied, failure
+from ..state.event_types import EventType
 from ..state.model import Session, gpu_device_count
 from .clock import PhaseClock
 from .context import PauseContext, progress_into
@@ -145,7 +146,7 @@ class Pause:
         await self.ctx.table.persist(s)
         await self.ctx.table.record_event(
             s,
-            "paused",
+            EventType.PAUSED,
             self.reason,
             checkpoint_id=manifest.id,
             bytes=manifest.total_bytes,
@@ -166,7 +167,12 @@ class Pause:
         s.state, s.message = "active", "Pause cancelled; the kernel was not touched"
         await self.ctx.table.persist(s)
         await self.ctx.table.record_event(
-            s, "cancelled", self.reason, message=s.message, operation="pause", **self.clock.report()
+            s,
+            EventType.CANCELLED,
+            self.reason,
+            message=s.message,
+            operation="pause",
+            **self.clock.report(),
         )
 
     async def _refused(self, e: BaseException) -> None:
@@ -176,7 +182,7 @@ class Pause:
             self.ctx.log.error("jupyter_gpu_pause: pause of %s", self.s.path, exc_info=e)
         await self.ctx.table.fail(
             self.s,
-            "pause_failed",
+            EventType.PAUSE_FAILED,
             self.reason,
             state="active",
             reason=reason,
@@ -202,7 +208,7 @@ class Pause:
             s.kernel_id = None
         await self.ctx.table.fail(
             s,
-            "pause_failed",
+            EventType.PAUSE_FAILED,
             self.reason,
             reason="kernel-died",
             text=text + older,
@@ -217,7 +223,7 @@ class Pause:
         s.checkpoint = checkpoint_brief(manifest)
         await self.ctx.table.fail(
             s,
-            "pause_failed",
+            EventType.PAUSE_FAILED,
             self.reason,
             reason="shutdown",
             text=f"the checkpoint {manifest.id} is complete but the kernel could not be "

@@ -26,6 +26,7 @@ import posixpath
 
 from ...store import IntegrityError, StoreError
 from ..state.checkpoints import checkpoint_brief
+from ..state.event_types import EventType
 from ..state.model import Session
 from .context import RecoveryContext
 
@@ -113,7 +114,7 @@ class Recovery:
             self.brought_back += 1
             await ctx.table.persist(s)
             await ctx.table.record_event(
-                s, "recovered", "store", checkpoint_id=manifest.id, message=s.message
+                s, EventType.RECOVERED, "store", checkpoint_id=manifest.id, message=s.message
             )
             return
 
@@ -145,7 +146,7 @@ class Recovery:
         s.checkpoint = None  # nothing to offer a Resume for
         await self.ctx.table.fail(
             s,
-            "checkpoints_gone",
+            EventType.CHECKPOINTS_GONE,
             "store",
             reason="checkpoints-gone",
             text=f"the checkpoints of this session (the last one {cid}) are no longer in "

@@ -19,6 +19,7 @@ from ...units import age_text, count_text
 from ..capacity import Grant
 from ..state.checkpoints import checkpoint_brief, gpu_bytes, gpu_bytes_per_device
 from ..state.errors import AgentFailed, GpuPauseError, failure
+from ..state.event_types import EventType
 from ..state.model import Session
 from .clock import PhaseClock
 from .context import ResumeContext, progress_into
@@ -317,7 +318,12 @@ class Resume:
                 announced.append(True)
                 await ctx.table.persist(s)
                 await ctx.table.record_event(
-                    s, "waiting", "user", position=turn.position, reason=code, message=s.message
+                    s,
+                    EventType.WAITING,
+                    "user",
+                    position=turn.position,
+                    reason=code,
+                    message=s.message,
                 )
 
         began = asyncio.get_running_loop().time()
@@ -362,7 +368,7 @@ class Resume:
         )
         await self.ctx.table.persist(s)
         await self.ctx.table.record_event(
-            s, "waiting", "user", position=None, reason="gpu-oom", message=s.message
+            s, EventType.WAITING, "user", position=None, reason="gpu-oom", message=s.message
         )
         self.ctx.log.warning("jupyter_gpu_pause: %s: %s", s.path, e.message)
 
@@ -420,7 +426,7 @@ class Resume:
         await ctx.table.persist(s)
         await ctx.table.record_event(
             s,
-            "resumed",
+            EventType.RESUMED,
             "user",
             checkpoint_id=manifest.id,
             kernel_id=kid,
@@ -441,7 +447,12 @@ class Resume:
         s.state, s.message, s.device, s.grant = "paused", "Resume cancelled", None, None
         await self.ctx.table.persist(s)
         await self.ctx.table.record_event(
-            s, "cancelled", "user", message=s.message, operation="resume", **self.clock.report()
+            s,
+            EventType.CANCELLED,
+            "user",
+            message=s.message,
+            operation="resume",
+            **self.clock.report(),
         )
 
     async def _failed(self, e: BaseException) -> None:
@@ -458,7 +469,7 @@ class Resume:
             s.kernel_id = None  # the kernel started for the resume is gone again
         await self.ctx.table.fail(
             s,
-            "resume_failed",
+            EventType.RESUME_FAILED,
             "user",
             reason=reason,
             text=text,

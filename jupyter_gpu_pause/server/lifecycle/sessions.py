@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from ..kernels.bridge import KernelBridge
 from ..state.errors import NotFound, session_error
+from ..state.event_types import EventType
 from ..state.model import RUNNING, Session
 from ..state.records import Records, new_event
 from .operations import Operations
@@ -48,10 +49,10 @@ def resumable(s: Session) -> bool:
 
 # The events that end a pause or a resume, and which operation each ends
 OUTCOMES = {
-    "paused": "pause",
-    "pause_failed": "pause",
-    "resumed": "resume",
-    "resume_failed": "resume",
+    EventType.PAUSED: "pause",
+    EventType.PAUSE_FAILED: "pause",
+    EventType.RESUMED: "resume",
+    EventType.RESUME_FAILED: "resume",
 }
 
 
@@ -61,7 +62,7 @@ def last_operation(event: dict, s: Session) -> bool:
     events. True when ``s`` changed."""
     d = event["detail"]
     op = OUTCOMES.get(event["type"]) or (
-        d.get("operation") if event["type"] == "cancelled" else None
+        d.get("operation") if event["type"] == EventType.CANCELLED else None
     )
     if op is None or "timings" not in d:
         return False

@@ -21,6 +21,7 @@ from ..capacity.probes import GpuProbe, process_tree
 from ..lifecycle.check import check_report
 from ..lifecycle.lifecycle import Lifecycle
 from ..state.errors import BadRequest, GpuPauseError, WrongState
+from ..state.event_types import EventType
 from ..state.model import RUNNING, gpu_device_count
 from .accounting import Ledger
 from .activity import ActivityTracker
@@ -322,7 +323,7 @@ class Monitor:
         self._back_off(s, w, policy)
         await self.lc.table.fail(
             s,
-            f"{policy.action}_failed",
+            EventType.failed(policy.action),
             f"policy:{policy.name}",
             state=None,  # the kernel runs on, untouched
             reason=reason,
@@ -375,7 +376,7 @@ class Monitor:
             message += "; no checkpoint is made: unsaved variables are lost"
         await self.lc.table.record_event(
             s,
-            "warned",
+            EventType.WARNED,
             f"policy:{policy.name}",
             action=policy.action,
             pause_at=iso(act_at),
@@ -401,7 +402,7 @@ class Monitor:
                 w.last_alarm = now
                 await self.lc.table.record_event(
                     s,
-                    "gpu_hold_alarm",
+                    EventType.GPU_HOLD_ALARM,
                     "policy:gpu_hold_alarm_hours",
                     held_hours=round((now - w.gpu_since).total_seconds() / 3600, 2),
                     message=f"{s.path} has held a GPU for more than {self.alarm_hours:g} h",
@@ -459,7 +460,7 @@ class Monitor:
         s.pause_at = None
         await self.lc.table.record_event(
             s,
-            "keepalive",
+            EventType.KEEPALIVE,
             "user",
             seconds=seconds,
             until=iso(w.keepalive_until),

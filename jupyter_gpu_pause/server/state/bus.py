@@ -24,7 +24,7 @@ def lifecycle_payload(event: dict, s: Session) -> dict:
     return {
         "time": event["time"],
         "session_id": event["session_id"],
-        "type": event["type"],
+        "type": str(event["type"]),  # a plain str, as the schema has it, not an EventType
         "reason": event["reason"] or "",
         "detail": json_snapshot(event.get("detail") or {}),
         "path": s.path,

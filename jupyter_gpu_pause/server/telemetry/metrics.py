@@ -24,6 +24,7 @@ from prometheus_client import REGISTRY, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 
 from ...store import GcBusy, StoreError
+from ..state.event_types import EventType
 from ..state.model import STATES
 
 PREFIX = "jupyter_gpu_pause_"
@@ -235,28 +236,28 @@ class MetricsListener:
         kind, detail = event["type"], event.get("detail") or {}
         reason = reason_class(event.get("reason"))
         sid = event["session_id"]
-        if kind == "waiting":
+        if kind == EventType.WAITING:
             self._queued.add(sid)
-        elif kind == "paused":
+        elif kind == EventType.PAUSED:
             PAUSES.labels(reason, "ok").inc()
             _observe(PAUSE_SECONDS, detail.get("duration_seconds"))
             _observe(GPU_RELEASE_SECONDS, detail.get("gpu_released_seconds"))
             _bytes(detail)
-        elif kind == "pause_failed":
+        elif kind == EventType.PAUSE_FAILED:
             PAUSES.labels(reason, "failed").inc()
             _bytes(detail)  # committed, only the kernel would not stop: the bytes are written
             if detail.get("error_reason") == "store":
                 STORE_ERRORS.labels("pause").inc()
-        elif kind == "resumed":
+        elif kind == EventType.RESUMED:
             RESUMES.labels(reason, "ok").inc()
             _observe(TIME_TO_USABLE_SECONDS, detail.get("duration_seconds"))
             self._resume_ended(sid, detail)
-        elif kind == "resume_failed":
+        elif kind == EventType.RESUME_FAILED:
             RESUMES.labels(reason, "failed").inc()
             if detail.get("error_reason") == "store":
                 STORE_ERRORS.labels("resume").inc()
             self._resume_ended(sid, detail)
-        elif kind == "cancelled":
+        elif kind == EventType.CANCELLED:
             if detail.get("operation") == "resume":
                 RESUMES.labels(reason, "cancelled").inc()
                 self._resume_ended(sid, detail)
