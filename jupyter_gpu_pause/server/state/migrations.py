@@ -43,10 +43,10 @@ class NewerSchema(Exception):
     def __init__(self, what: str, where: str, version: int, known: int):
         self.where, self.version, self.known = where, version, known
         super().__init__(
-            f"the {what} at {where} has schema version {version}, and this jupyter_gpu_pause "
-            f"({__version__}) knows versions up to {known}: a newer jupyter_gpu_pause has "
-            "used it. Upgrade jupyter_gpu_pause on this server to that newer version (every "
-            "server sharing the database needs it); nothing in the database was changed"
+            f"the {what} at {where} has schema version {version}, but this jupyter_gpu_pause "
+            f"({__version__}) knows versions up to {known}: a newer jupyter_gpu_pause migrated "
+            "it. Upgrade jupyter_gpu_pause on this server to that version or later (every "
+            "server sharing this database needs it); nothing in the database was changed"
         )
 
 
