@@ -17,6 +17,7 @@ import pytest
 
 from jupyter_gpu_pause.server.capacity.probes import GpuUsage
 from jupyter_gpu_pause.server.monitor.accounting import Ledger
+from jupyter_gpu_pause.server.state.migrations import migrate_sqlite
 from jupyter_gpu_pause.server.state.model import Session
 from jupyter_gpu_pause.server.state.records import MIGRATIONS, Records
 from jupyter_gpu_pause.store.format import parse_iso
@@ -239,8 +240,7 @@ async def test_accounting_table_is_added_to_an_existing_database(tmp_path):
     # Given a database written before accounting existed, with a paused session in it
     path = tmp_path / "old.sqlite"
     db = sqlite3.connect(path)
-    db.executescript(MIGRATIONS[0])
-    db.execute("PRAGMA user_version=1")
+    migrate_sqlite(db, MIGRATIONS, str(path), to=1)
     old = Session(path="old.ipynb", kernel_name="python3", state="paused")
     record = old.to_record()
     for key in ("gpu_seconds_reclaimed", "gpu_devices_paused"):  # fields it did not have
@@ -283,6 +283,6 @@ def test_servers_opening_one_new_records_database_at_once_all_get_it(tmp_path):
     # Then every one of them opened it (none found a table created under its feet), once
     assert results == [[]] * len(opened)
     db = sqlite3.connect(path)
-    assert db.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
+    assert db.execute("PRAGMA user_version").fetchone()[0] == MIGRATIONS.latest
     for records in opened:
         records.close()

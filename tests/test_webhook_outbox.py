@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from jupyter_gpu_pause.server.state.migrations import migrate_sqlite
 from jupyter_gpu_pause.server.state.records import MIGRATIONS, Records
 from tests.http import request
 from tests.receivers import SECRET, Receiver, closed_port_url, example
@@ -199,9 +200,7 @@ def test_records_of_the_previous_version_gain_an_empty_outbox_and_keep_their_eve
     # Given a records database as the previous version left it (schema 2), holding an event
     db = tmp_path / "records.sqlite"
     with sqlite3.connect(db) as c:
-        for script in MIGRATIONS[:2]:
-            c.executescript(script)
-        c.execute("PRAGMA user_version=2")
+        migrate_sqlite(c, MIGRATIONS, str(db), to=2)
         c.execute(
             "INSERT INTO events (time, session_id, type, reason, detail) "
             "VALUES ('2026-12-01T10:00:00Z', 's1', 'paused', 'user', '{}')"
@@ -219,4 +218,4 @@ def test_records_of_the_previous_version_gain_an_empty_outbox_and_keep_their_eve
     assert [(e["session_id"], e["type"]) for e in events] == [("s1", "paused")]
     assert waiting == {}
     with sqlite3.connect(db) as c:
-        assert c.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
+        assert c.execute("PRAGMA user_version").fetchone()[0] == MIGRATIONS.latest

@@ -4,6 +4,9 @@ SQLite locking is unsafe on NFS, so the folder is on the machine's local disk; t
 one machine (one per user under JupyterHub) share it through a common group. Every decision is
 one ``BEGIN IMMEDIATE`` transaction (a write lock held from the first read). Leases compare
 this machine's clock, the same for every server on it.
+
+A queue that a newer version migrated is refused as a folder this server cannot use is
+(``check_queue_folder``): at start, the server stops, naming it.
 """
 
 from __future__ import annotations
@@ -14,35 +17,14 @@ import stat
 import tempfile
 import time
 
-from .queue import CapacityQueue, QueueError
+from ..state.migrations import NewerSchema, check_sqlite, migrate_sqlite
+from .queue import CapacityQueue, QueueError, queue_migrations
 
 DB_NAME = "capacity-queue.sqlite"
 
-MIGRATIONS = [
-    """
-    CREATE TABLE servers (id TEXT PRIMARY KEY, user TEXT, label TEXT, pid INTEGER,
-                          lease_until REAL NOT NULL);
-    CREATE TABLE entries (id INTEGER PRIMARY KEY AUTOINCREMENT, rank REAL NOT NULL,
-                          session_id TEXT NOT NULL, server_id TEXT NOT NULL, name TEXT,
-                          user TEXT, since REAL NOT NULL, needs_bytes INTEGER NOT NULL,
-                          reason TEXT, message TEXT);
-    CREATE INDEX entries_rank ON entries(rank);
-    CREATE TABLE holders (server_id TEXT NOT NULL, session_id TEXT NOT NULL,
-                          bytes INTEGER NOT NULL, devices TEXT NOT NULL,
-                          reserved INTEGER NOT NULL, since REAL NOT NULL,
-                          PRIMARY KEY (server_id, session_id));
-    """,
-    """
-    CREATE TABLE claims (session_id TEXT PRIMARY KEY, server_id TEXT NOT NULL,
-                         since REAL NOT NULL);
-    """,
-    # which process a server is, so that one of this machine found gone is dropped at once
-    """
-    ALTER TABLE servers ADD COLUMN host TEXT;
-    ALTER TABLE servers ADD COLUMN pid_space TEXT;
-    ALTER TABLE servers ADD COLUMN started REAL;
-    """,
-]
+MIGRATIONS = queue_migrations(
+    schema="", serial="INTEGER PRIMARY KEY AUTOINCREMENT", float="REAL", bigint="INTEGER"
+)
 
 
 def check_queue_folder(folder: str) -> None:
@@ -71,6 +53,10 @@ def check_queue_folder(folder: str) -> None:
                 f"this server's user cannot read and write {path}; it needs the group of the "
                 "other servers and mode 0660 (chmod 0660, chgrp the common group)"
             )
+    try:  # a newer version's queue: refused before this server joins it
+        check_sqlite(MIGRATIONS, os.path.join(folder, DB_NAME))
+    except NewerSchema as e:
+        raise QueueError(str(e)) from None
 
 
 def _shared_mode(folder: str) -> int:
@@ -103,10 +89,17 @@ class FolderQueue(CapacityQueue):
             finally:
                 os.close(fd)
             db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=NORMAL")
+            try:
+                db.execute("PRAGMA journal_mode=WAL")
+                db.execute("PRAGMA synchronous=NORMAL")
+                migrate_sqlite(db, MIGRATIONS, self.path)
+            except NewerSchema as e:  # migrated by a newer server since the check above
+                db.close()
+                raise QueueError(str(e)) from None
+            except BaseException:
+                db.close()  # the next call tries again, from the start
+                raise
             self._db = db
-            self._tx(self._migrate)
         return self._db
 
     def _tx(self, fn, *args):
@@ -120,10 +113,3 @@ class FolderQueue(CapacityQueue):
         except BaseException:
             db.execute("ROLLBACK")
             raise
-
-    def _migrate(self, db) -> None:
-        version = db.execute("PRAGMA user_version").fetchone()[0]
-        for i, script in enumerate(MIGRATIONS[version:], start=version + 1):
-            for statement in filter(None, (part.strip() for part in script.split(";"))):
-                db.execute(statement)
-            db.execute(f"PRAGMA user_version={i}")

@@ -19,7 +19,8 @@ import re
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
-from .queue import CapacityQueue, QueueError, QueueUnavailable
+from ..state.migrations import NewerSchema, VersionTable, migrate
+from .queue import CapacityQueue, QueueError, QueueUnavailable, queue_migrations
 
 SCHEMA = "gpu_pause"
 LOCK_KEY = 0x6770_7061_7573_65  # "gppause": every transaction of the queue holds it
@@ -38,32 +39,11 @@ CONNECT_DEFAULTS = {
     "application_name": "jupyter_gpu_pause",
 }
 
-# Migration i brings the schema from version i to i + 1; the version is in schema_version.
-MIGRATIONS = [
-    f"""
-    CREATE TABLE {SCHEMA}.servers (id TEXT PRIMARY KEY, "user" TEXT, label TEXT, pid INTEGER,
-                                   lease_until DOUBLE PRECISION NOT NULL);
-    CREATE TABLE {SCHEMA}.entries (id BIGSERIAL PRIMARY KEY, rank DOUBLE PRECISION NOT NULL,
-                                   session_id TEXT NOT NULL, server_id TEXT NOT NULL, name TEXT,
-                                   "user" TEXT, since DOUBLE PRECISION NOT NULL,
-                                   needs_bytes BIGINT NOT NULL, reason TEXT, message TEXT);
-    CREATE INDEX entries_rank ON {SCHEMA}.entries (rank);
-    CREATE TABLE {SCHEMA}.holders (server_id TEXT NOT NULL, session_id TEXT NOT NULL,
-                                   bytes BIGINT NOT NULL, devices TEXT NOT NULL,
-                                   reserved INTEGER NOT NULL, since DOUBLE PRECISION NOT NULL,
-                                   PRIMARY KEY (server_id, session_id))
-    """,
-    f"""
-    CREATE TABLE {SCHEMA}.claims (session_id TEXT PRIMARY KEY, server_id TEXT NOT NULL,
-                                  since DOUBLE PRECISION NOT NULL)
-    """,
-    # which process a server is, so that one of the same machine found gone is dropped at once
-    f"""
-    ALTER TABLE {SCHEMA}.servers ADD COLUMN host TEXT;
-    ALTER TABLE {SCHEMA}.servers ADD COLUMN pid_space TEXT;
-    ALTER TABLE {SCHEMA}.servers ADD COLUMN started DOUBLE PRECISION
-    """,
-]
+# The queue's tables (``queue.py``) in the schema gpu_pause; its version in gpu_pause.schema_version
+MIGRATIONS = queue_migrations(
+    schema=f"{SCHEMA}.", serial="BIGSERIAL PRIMARY KEY", float="DOUBLE PRECISION", bigint="BIGINT"
+)
+VERSION = VersionTable(SCHEMA)
 
 
 def is_postgres_url(url: str) -> bool:
@@ -115,7 +95,10 @@ class PostgresQueue(CapacityQueue):
         if self._db is None:
             self._db = psycopg.connect(**self.params, autocommit=True)
             try:
-                self._locked(self._migrate)
+                migrate(MIGRATIONS, self.where, VERSION, self._locked)
+            except NewerSchema as e:  # not an outage: no retry will help
+                self._disconnect()
+                raise QueueError(str(e)) from None
             except BaseException:
                 self._disconnect()
                 raise
@@ -146,21 +129,3 @@ class PostgresQueue(CapacityQueue):
             how = "be reached" if isinstance(e, psycopg.OperationalError) else "be used"
             message = f"the capacity queue at {self.where} cannot {how} ({what})"
             raise QueueUnavailable(message) from None
-
-    def _migrate(self, db) -> None:
-        db.execute(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
-        db.execute(f"CREATE TABLE IF NOT EXISTS {SCHEMA}.schema_version (version INTEGER)")
-        row = db.execute(f"SELECT version FROM {SCHEMA}.schema_version").fetchone()
-        version = row[0] if row else 0
-        if version > len(MIGRATIONS):
-            raise QueueError(
-                f"the capacity queue at {self.where} has schema version {version}, newer than "
-                f"this version of jupyter_gpu_pause knows ({len(MIGRATIONS)}): upgrade it"
-            )
-        for script in MIGRATIONS[version:]:
-            for statement in filter(None, (part.strip() for part in script.split(";"))):
-                db.execute(statement)
-        if row is None:
-            db.execute(f"INSERT INTO {SCHEMA}.schema_version VALUES (%s)", (len(MIGRATIONS),))
-        else:
-            db.execute(f"UPDATE {SCHEMA}.schema_version SET version = %s", (len(MIGRATIONS),))

@@ -1,6 +1,7 @@
 """The resume queue: one FIFO line and one GPU usage count for every server that shares it.
 
-Two places hold it, with the same tables and the same rules (this module):
+Two places hold it, with the same tables and the same rules (this module, ``QUEUE_TABLES``
+written once for both databases):
 
 - a folder on one machine (``folder.py``: SQLite, every decision in one ``BEGIN IMMEDIATE``);
 - a PostgreSQL database for a whole cluster (``postgres.py``: every decision in one
@@ -39,8 +40,45 @@ from dataclasses import dataclass
 from traitlets import Float, TraitError, validate
 from traitlets.config import LoggingConfigurable
 
+from ..state.migrations import Migrations
 from .base import Grant, Holder, Need, Verdict
 from .liveness import ProcessId, process_gone
+
+# The queue's migrations (``state/migrations.py``), for SQLite and PostgreSQL alike: a column is
+# added here, once. Each database fills in its own words (``folder.py``, ``postgres.py``):
+# ``{schema}`` the tables' schema with its dot ("" in SQLite), ``{serial}`` an id column in
+# order of arrival, ``{float}`` and ``{bigint}``. ``"user"`` is quoted: PostgreSQL reserves it.
+QUEUE_TABLES = (
+    """
+    CREATE TABLE {schema}servers (id TEXT PRIMARY KEY, "user" TEXT, label TEXT, pid INTEGER,
+                                  lease_until {float} NOT NULL);
+    CREATE TABLE {schema}entries (id {serial}, rank {float} NOT NULL, session_id TEXT NOT NULL,
+                                  server_id TEXT NOT NULL, name TEXT, "user" TEXT,
+                                  since {float} NOT NULL, needs_bytes {bigint} NOT NULL,
+                                  reason TEXT, message TEXT);
+    CREATE INDEX entries_rank ON {schema}entries (rank);
+    CREATE TABLE {schema}holders (server_id TEXT NOT NULL, session_id TEXT NOT NULL,
+                                  bytes {bigint} NOT NULL, devices TEXT NOT NULL,
+                                  reserved INTEGER NOT NULL, since {float} NOT NULL,
+                                  PRIMARY KEY (server_id, session_id))
+    """,
+    """
+    CREATE TABLE {schema}claims (session_id TEXT PRIMARY KEY, server_id TEXT NOT NULL,
+                                 since {float} NOT NULL)
+    """,
+    # which process a server is, so that one of the same machine found gone is dropped at once
+    """
+    ALTER TABLE {schema}servers ADD COLUMN host TEXT;
+    ALTER TABLE {schema}servers ADD COLUMN pid_space TEXT;
+    ALTER TABLE {schema}servers ADD COLUMN started {float}
+    """,
+)
+
+
+def queue_migrations(**words: str) -> Migrations:
+    """``QUEUE_TABLES`` in one database's words (``schema``, ``serial``, ``float``,
+    ``bigint``)."""
+    return Migrations("capacity queue", tuple(step.format(**words) for step in QUEUE_TABLES))
 
 
 class QueueError(Exception):

@@ -2,7 +2,9 @@
 outlive a server restart.
 
 All access goes through one worker thread (SQLite connections are single-threaded and disk
-writes must not block the event loop). Migrations are additive and numbered by user_version.
+writes must not block the event loop). Migrations are additive and numbered by user_version
+(``migrations.py``); a database a newer version migrated is refused as soon as ``Records`` is
+made, so the server stops before it serves rather than answering 503 on records it cannot read.
 """
 
 from __future__ import annotations
@@ -18,58 +20,43 @@ from dataclasses import dataclass
 
 from ...store.format import iso, utcnow
 from ...store.private import private_file
+from .migrations import Migrations, check_sqlite, migrate_sqlite
 from .model import Session
 
 LOCK_TIMEOUT = 30  # seconds to wait for another connection's lock on the database
 
-MIGRATIONS = [
-    """
-    CREATE TABLE sessions (id TEXT PRIMARY KEY, path TEXT NOT NULL, state TEXT NOT NULL,
-                           data TEXT NOT NULL);
-    CREATE TABLE events (seq INTEGER PRIMARY KEY AUTOINCREMENT, time TEXT NOT NULL,
-                         session_id TEXT, type TEXT NOT NULL, reason TEXT, detail TEXT);
-    CREATE INDEX events_time ON events(time);
-    CREATE INDEX events_session ON events(session_id);
-    """,
-    # GPU-seconds (per device) by UTC hour and session, for the report; path as last seen
-    """
-    CREATE TABLE accounting (hour TEXT NOT NULL, session_id TEXT NOT NULL, path TEXT,
-                             held REAL NOT NULL DEFAULT 0, idle REAL NOT NULL DEFAULT 0,
-                             reclaimed REAL NOT NULL DEFAULT 0,
-                             PRIMARY KEY (hour, session_id));
-    """,
-    # The webhook outbox (webhooks.py): one row per event and URL until a 2xx, a give-up or a
-    # drop. target: sha256 of the URL (the URL may hold a token), label: the URL as logs show
-    # it, body: the exact bytes every attempt sends. Times are Unix seconds.
-    """
-    CREATE TABLE webhook_outbox (seq INTEGER PRIMARY KEY AUTOINCREMENT,
-                                 target TEXT NOT NULL, label TEXT NOT NULL,
-                                 webhook_id TEXT NOT NULL, session_id TEXT, type TEXT NOT NULL,
-                                 body BLOB NOT NULL, attempts INTEGER NOT NULL DEFAULT 0,
-                                 next_attempt REAL NOT NULL, created REAL NOT NULL,
-                                 UNIQUE (target, webhook_id));
-    CREATE INDEX webhook_outbox_target ON webhook_outbox(target, seq);
-    """,
-]
-
-
-def _migrate(db: sqlite3.Connection) -> None:
-    """Bring the schema up to date, under a write lock.
-
-    Two servers may open one new database at the same moment (one data dir, two servers):
-    the version is read again once the lock is held, so only the first creates the tables.
-    """
-    db.execute("BEGIN IMMEDIATE")
-    try:
-        version = db.execute("PRAGMA user_version").fetchone()[0]
-        for i, script in enumerate(MIGRATIONS[version:], start=version + 1):
-            for statement in filter(None, (part.strip() for part in script.split(";"))):
-                db.execute(statement)  # not executescript: it would commit, dropping the lock
-            db.execute(f"PRAGMA user_version={i}")
-        db.commit()
-    except BaseException:
-        db.rollback()
-        raise
+MIGRATIONS = Migrations(
+    "records database",
+    (
+        """
+        CREATE TABLE sessions (id TEXT PRIMARY KEY, path TEXT NOT NULL, state TEXT NOT NULL,
+                               data TEXT NOT NULL);
+        CREATE TABLE events (seq INTEGER PRIMARY KEY AUTOINCREMENT, time TEXT NOT NULL,
+                             session_id TEXT, type TEXT NOT NULL, reason TEXT, detail TEXT);
+        CREATE INDEX events_time ON events(time);
+        CREATE INDEX events_session ON events(session_id);
+        """,
+        # GPU-seconds (per device) by UTC hour and session, for the report; path as last seen
+        """
+        CREATE TABLE accounting (hour TEXT NOT NULL, session_id TEXT NOT NULL, path TEXT,
+                                 held REAL NOT NULL DEFAULT 0, idle REAL NOT NULL DEFAULT 0,
+                                 reclaimed REAL NOT NULL DEFAULT 0,
+                                 PRIMARY KEY (hour, session_id));
+        """,
+        # The webhook outbox (webhooks.py): one row per event and URL until a 2xx, a give-up
+        # or a drop. target: sha256 of the URL (the URL may hold a token), label: the URL as
+        # logs show it, body: the exact bytes every attempt sends. Times are Unix seconds.
+        """
+        CREATE TABLE webhook_outbox (seq INTEGER PRIMARY KEY AUTOINCREMENT,
+                                     target TEXT NOT NULL, label TEXT NOT NULL,
+                                     webhook_id TEXT NOT NULL, session_id TEXT, type TEXT NOT NULL,
+                                     body BLOB NOT NULL, attempts INTEGER NOT NULL DEFAULT 0,
+                                     next_attempt REAL NOT NULL, created REAL NOT NULL,
+                                     UNIQUE (target, webhook_id));
+        CREATE INDEX webhook_outbox_target ON webhook_outbox(target, seq);
+        """,
+    ),
+)
 
 
 def _wal(db: sqlite3.Connection) -> None:
@@ -125,6 +112,9 @@ _OUTBOX_COLUMNS = _OUTBOX_FIELDS + ", seq"
 
 class Records:
     def __init__(self, db_path: str):
+        """NewerSchema if ``db_path`` holds records a newer version migrated (a quick read of
+        its version, before the event loop serves: the server refuses to start)."""
+        check_sqlite(MIGRATIONS, db_path)
         self.db_path = db_path
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpu-pause-db")
         self._db: sqlite3.Connection | None = None
@@ -138,9 +128,13 @@ class Records:
                 if os.path.exists(self.db_path + suffix):
                     private_file(self.db_path + suffix)
             db = sqlite3.connect(self.db_path, check_same_thread=False, timeout=LOCK_TIMEOUT)
-            _wal(db)
-            db.execute("PRAGMA synchronous=NORMAL")
-            _migrate(db)
+            try:
+                _wal(db)
+                db.execute("PRAGMA synchronous=NORMAL")
+                migrate_sqlite(db, MIGRATIONS, self.db_path)
+            except BaseException:
+                db.close()  # the next call tries again, from the start
+                raise
             self._db = db
         return self._db
 
