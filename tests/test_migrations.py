@@ -361,7 +361,7 @@ def test_newer_records_stop_the_server_at_start_naming_them(tmp_path):
     # Then it exits before serving anything, saying which database, which versions, what to do
     assert server.exit_status() != 0
     log = server.log_tail()
-    assert "jupyter_gpu_pause could not start: NewerSchema: " in log, log
+    assert "jupyter_gpu_pause: bad configuration: the records database at" in log, log
     assert f"the records database at {db.path} has schema version {db.migrations.latest + 1}" in log
     assert "Upgrade jupyter_gpu_pause" in log
     assert db.dump() == before

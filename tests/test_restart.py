@@ -105,7 +105,7 @@ def test_unreadable_records_make_the_api_say_so_and_change_nothing(server):
 
     # And the records file is left exactly as it was, for an administrator to inspect
     assert db.read_bytes() == garbage
-    assert "could not load the records" in server.log_tail()
+    assert "could not load its records" in server.log_tail()
 
 
 def _lose_records(server) -> None:

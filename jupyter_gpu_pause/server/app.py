@@ -43,7 +43,8 @@ from .monitor.monitor import Monitor
 from .monitor.policy import PolicyError, parse_policies
 from .state.bus import EventBus
 from .state.checkpoints import Checkpoints
-from .state.records import Records
+from .state.migrations import NewerSchema
+from .state.records import Records, refuse_newer_records
 from .telemetry.metrics import attach as attach_metrics
 from .telemetry.webhooks import WebhookSender, signing_key
 from .web.handlers import handlers
@@ -82,7 +83,7 @@ class GpuPauseApp(ExtensionApp, GpuPauseSettings):
         try:
             super()._link_jupyter_server_extension(serverapp)
             self._check_configuration()
-        except (ConfigError, PolicyError, KeyFileError) as e:
+        except (ConfigError, PolicyError, KeyFileError, NewerSchema) as e:
             self._refuse(str(e))
         except TraitError as e:
             configs = (self.config, getattr(self.serverapp, "config", None) or {})
@@ -108,6 +109,7 @@ class GpuPauseApp(ExtensionApp, GpuPauseSettings):
         except PolicyError as e:
             raise ConfigError(f"GpuPauseApp.policies: {e}") from None
         self._store, self._retention = check_storage(self)
+        refuse_newer_records(self.db_path)  # migrated by a newer version: NewerSchema
         self._queue_where = check_queue_url(self.capacity_queue_url)
         self._hub = hub_server(self.stop_server_when_paused)
         # The other classes' own settings: checked by building each once, so a bad value
@@ -242,9 +244,9 @@ class GpuPauseApp(ExtensionApp, GpuPauseSettings):
             # Jupyter itself keeps serving notebooks; our API answers 503 saying why, and
             # nothing is paused automatically on records we could not read.
             self.log.critical(
-                "jupyter_gpu_pause: could not load the records at %s; its API is unavailable "
-                "and no idle policy runs until this is fixed",
-                self.db_path,
+                "jupyter_gpu_pause %s; its API is unavailable and no idle policy runs until "
+                "this is fixed",
+                self.lifecycle.start_error,
                 exc_info=True,
             )
             return

@@ -124,11 +124,13 @@ class Lifecycle:
     # -- startup, sync -----------------------------------------------------------------------
     async def start(self) -> None:
         """Load records, repair what a stopped server left half-done, load the signing key."""
+        what = "its records (GpuPauseApp.db_path)"
         try:
             await self.table.load()
+            what = "the capacity queue (GpuPauseApp.capacity_queue_url)"
             await self.capacity.start()
         except Exception as e:
-            self.start_error = f"{type(e).__name__}: {e}"
+            self.start_error = f"could not load {what}: {type(e).__name__}: {e}"
             raise
         finally:
             self._started.set()
@@ -166,9 +168,8 @@ class Lifecycle:
             ) from None
         if self.start_error:
             raise Unavailable(
-                f"jupyter_gpu_pause could not load its records ({self.start_error}); "
-                "no session was changed. An administrator must fix the records database "
-                "(GpuPauseApp.db_path) and restart the server",
+                f"jupyter_gpu_pause {self.start_error}; no session was changed. An "
+                "administrator must fix it and restart the server",
             )
 
     async def stop_warm_kernels(self) -> None:

@@ -110,6 +110,12 @@ _OUTBOX_FIELDS = (
 _OUTBOX_COLUMNS = _OUTBOX_FIELDS + ", seq"
 
 
+def refuse_newer_records(path: str) -> None:
+    """``NewerSchema`` if the records at ``path`` were migrated by a newer jupyter_gpu_pause:
+    the app refuses them before it builds anything (nothing in the file is changed)."""
+    check_sqlite(MIGRATIONS, path)
+
+
 class Records:
     def __init__(self, db_path: str):
         """NewerSchema if ``db_path`` holds records a newer version migrated (a quick read of
