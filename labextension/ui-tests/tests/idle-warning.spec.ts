@@ -26,6 +26,13 @@ test('an idle warning offers Keep running, which postpones the pause', async ({
 
   // Given a notebook on the kernelspec the short policy governs
   await page.notebook.createNew(notebook, { kernel: 'python3-short' });
+  // The idle clock starts at the cell below: by then the server knows the notebook by its
+  // name (Lab creates it as Untitled.ipynb and renames it), which the warning then names.
+  await expect
+    .poll(async () => (await serverSession(request, notebook))?.path ?? null, {
+      timeout: 30 * 1000
+    })
+    .not.toBeNull();
   await page.notebook.setCell(0, 'code', 'answer = 42');
   await runAndWait(page, 0);
   await openPanel(page);
@@ -77,12 +84,22 @@ test('an idle warning offers Keep running, which postpones the pause', async ({
   expect(await cellOutput(page, check)).toBe('42');
 });
 
-test('Pause now in the warning pauses the kernel at once', async ({ page }) => {
+test('Pause now in the warning pauses the kernel at once', async ({
+  page,
+  request
+}) => {
   test.setTimeout(180 * 1000);
   const notebook = 'pause-now.ipynb';
 
   // Given a warned notebook on the short policy's kernelspec
   await page.notebook.createNew(notebook, { kernel: 'python3-short' });
+  // The idle clock starts at the cell below: by then the server knows the notebook by its
+  // name (Lab creates it as Untitled.ipynb and renames it), which the warning then names.
+  await expect
+    .poll(async () => (await serverSession(request, notebook))?.path ?? null, {
+      timeout: 30 * 1000
+    })
+    .not.toBeNull();
   await page.notebook.setCell(0, 'code', "note = 'kept'");
   await runAndWait(page, 0);
   await openPanel(page);
