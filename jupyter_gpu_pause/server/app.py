@@ -138,6 +138,15 @@ class GpuPauseApp(ExtensionApp, GpuPauseSettings):
         os.environ["JUPYTER_GPU_PAUSE_URL"] = server.connection_url
         os.environ.pop("JUPYTER_GPU_PAUSE_TOKEN", None)
         self.records = Records(self.db_path)
+        # (built with no URL too: its start drops what the outbox holds for removed URLs)
+        self.webhooks = WebhookSender(
+            self.webhook_urls,
+            self.webhook_secret,
+            user=user,
+            server=server.connection_url,
+            records=self.records,
+            parent=self,
+        )
         probe = self.gpu_probe_class(parent=self)
         bridge = build_bridge(self, self.kernel_answer_timeout)  # local or a gateway's
         # what people do in which kernel: the monitor's, and the lifecycle's (a kernel that
@@ -161,23 +170,13 @@ class GpuPauseApp(ExtensionApp, GpuPauseSettings):
             log=self.log,
             event_logger=server.event_logger,
         )
-        # (built with no URL too: its start drops what the outbox holds for removed URLs)
-        self.webhooks = WebhookSender(
-            self.webhook_urls,
-            self.webhook_secret,
-            user=user,
-            server=server.connection_url,
-            records=self.records,
-            parent=self,
-        )
         # under JupyterHub, with stop_server_when_paused: stop this server once all is paused
         self.hub_stop = StopWhenPaused(self.lifecycle, self._hub, self.log) if self._hub else None
         # Listeners of every lifecycle event (table.listeners): metrics on /metrics, the event
-        # bus, the webhooks' outbox (an event and its deliveries recorded together), the Hub.
+        # bus, the Hub (the webhooks record theirs with each event: the lifecycle's outbox).
         table = self.lifecycle.table
         attach_metrics(table, self.monitor.ledger, self.lifecycle.capacity)
         table.listeners.append(EventBus(server.event_logger, self.log))
-        table.outbox = self.webhooks
         if self.hub_stop is not None:
             table.listeners.append(self.hub_stop)
         self.settings.update(
@@ -223,6 +222,7 @@ class GpuPauseApp(ExtensionApp, GpuPauseSettings):
             ),
             log=self.log,
             kernel_use=tracker,
+            outbox=self.webhooks,  # an event and its deliveries, recorded together
             warm_kernels=self.warm_kernels,
             upkeep=lambda ctx: StoreMaintenance(
                 ctx, self._store, self._retention, self.gc_grace_seconds, parent=self

@@ -40,6 +40,14 @@ class StoreUpkeep(Protocol):
         """A pause completed: apply retention once its operation has ended."""
 
 
+class EventOutbox(Protocol):
+    """Where an event is recorded together with its webhook deliveries, in one transaction
+    (``telemetry.webhooks.WebhookSender``), so a restart loses none."""
+
+    async def record(self, event: dict, s: Session) -> None:
+        """Record ``event`` of ``s`` and the deliveries it owes."""
+
+
 class KernelUse(Protocol):
     """What a person did in which kernel (``monitor.activity.ActivityTracker``)."""
 

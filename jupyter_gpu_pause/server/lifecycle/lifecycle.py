@@ -25,6 +25,7 @@ from ..state.views import session_json
 from .check import DryRun
 from .context import (
     CheckContext,
+    EventOutbox,
     KernelUse,
     PauseContext,
     RecoveryContext,
@@ -64,11 +65,13 @@ class Lifecycle:
         restore_slots: int = 0,
         rescan_interval: float = 0,
         kernel_use: KernelUse | None = None,
+        outbox: EventOutbox | None = None,
         warm_kernels: bool = False,
         upkeep: Callable[[UpkeepContext], StoreUpkeep] | None = None,
     ):
         """``kernel_use``: what people did in which kernel (the monitor's activity tracker;
-        None: every kernel counts as used and busy only by its own state); ``warm_kernels``:
+        None: every kernel counts as used and busy only by its own state); ``outbox``: records
+        each event together with its webhook deliveries (None: the event alone); ``warm_kernels``:
         keep a warm kernel per kernelspec of a paused session (``spares.py``); ``upkeep``:
         builds the store's upkeep (retention after pauses, GC intents) from what it may read."""
         self.rescan_interval = rescan_interval  # seconds between two reads of the store
@@ -86,7 +89,9 @@ class Lifecycle:
         self.ops = Operations(self._rescue, log)
         # resumes restoring at once (0: twice the CPUs this server may use); see slots.py
         self.restore_slots = RestoreSlots(restore_slots)
-        self.table = SessionTable(bridge, records, self.ops, log, self.capacity.changed, kernel_use)
+        self.table = SessionTable(
+            bridge, records, self.ops, log, self.capacity.changed, kernel_use, outbox
+        )
         # Admission (state checks up to registering the operation) awaits I/O; one lock keeps
         # two requests from both passing the checks and starting two operations.
         self._admission = asyncio.Lock()

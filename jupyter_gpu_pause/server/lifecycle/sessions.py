@@ -27,7 +27,7 @@ from ..state.records import Records, new_event
 from .operations import Operations
 
 if TYPE_CHECKING:
-    from .context import KernelUse
+    from .context import EventOutbox, KernelUse
 
 # JupyterLab opens a notebook's session under a bare UUID in its folder, then renames it to the
 # notebook's path (SessionContext: a race on the server otherwise); while both exist for one
@@ -86,6 +86,7 @@ class SessionTable:
         log,
         on_change: Callable[[], None] = lambda: None,
         kernel_use: KernelUse | None = None,
+        outbox: EventOutbox | None = None,
     ):
         self.bridge, self.records, self.ops, self.log = bridge, records, ops, log
         self.on_change = on_change
@@ -94,7 +95,7 @@ class SessionTable:
         self.listeners: list[Callable[[dict, Session], None]] = []
         # The webhook sender, when webhooks are set: it records each event together with its
         # deliveries (the records' outbox), in one transaction, so none is lost to a restart.
-        self.outbox = None
+        self.outbox = outbox
         self.sessions: dict[str, Session] = {}
         # which kernels ran a person's code (the monitor's tracker); None: every kernel
         # counts as used, each one a session
