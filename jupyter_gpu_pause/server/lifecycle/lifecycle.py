@@ -344,7 +344,7 @@ class Lifecycle:
         """Start (or join) a pause; returns at once with the session in ``pausing``."""
         async with self._admission:
             s = self.table.get(session_id)
-            op = self.ops.get(s.id)
+            op = await self._settled(s)
             if (op and op.kind == "pause") or (s.state == "paused" and not op):
                 return s  # join the running pause / already paused
             if op or s.state not in RUNNING:
@@ -360,7 +360,20 @@ class Lifecycle:
 
     async def check(self, session_id: str) -> dict:
         """What a pause would save and skip, now, without writing or changing anything."""
-        return await DryRun(self._check_ctx, self.table.get(session_id)).run()
+        s = self.table.get(session_id)
+        await self._settled(s)
+        return await DryRun(self._check_ctx, s).run()
+
+    async def _settled(self, s: Session) -> Op | None:
+        """The session's operation in flight, once it is one for the user: a resume that has
+        made the session ``active`` is over for whoever sees that state, and only records its
+        outcome still (persist, event); a pause or check asked now waits for that instead of
+        refusing a session shown as active."""
+        op = self.ops.get(s.id)
+        if op is not None and op.kind == "resume" and s.state in RUNNING and op.task:
+            await asyncio.wait([op.task])
+            op = self.ops.get(s.id)
+        return op
 
     async def cancel(self, session_id: str) -> Session:
         s = self.table.get(session_id)
