@@ -21,8 +21,9 @@ from ..store import IntegrityError, Store, StoreError, declare_intent
 from ..store.schema import MAX_TEXT
 from ..units import count_text, size_text
 from . import api
-from .capture import CaptureError, environment, make_plan, write_plan
+from .capture import CaptureError, environment, write_plan
 from .restore import RestoreError, load_blobs, restore_objects
+from .trial import verified_plan
 
 MIME_PROGRESS = "application/vnd.jupyter-gpu-pause.progress+json"
 MIME_RESULT = "application/vnd.jupyter-gpu-pause.result+json"
@@ -162,7 +163,8 @@ def _plan(mode: str):
     shell = _shell()
     reg = api.REGISTRY
     hooks = {"on_pause": list(reg.on_pause), "on_restore": list(reg.on_restore)}
-    return make_plan(shell.user_ns, shell.user_ns_hidden, list(reg.names), mode, hooks)
+    # test-restored in a forked copy of this kernel: what would not load back is skipped now
+    return verified_plan(shell.user_ns, shell.user_ns_hidden, list(reg.names), mode, hooks)
 
 
 def capture(params: dict) -> None:
@@ -196,6 +198,7 @@ def capture(params: dict) -> None:
         # what a warm kernel imports before this checkpoint's restore (manifest texts are flat)
         result["kernel"]["packages"] = ",".join(plan.packages)[:MAX_TEXT]
         result["registered"] = api.registered()
+        result["unverified"] = plan.unverified
     except CaptureError as e:
         _fail(str(e), e.reason)
     except StoreError as e:
@@ -327,6 +330,9 @@ class CheckReport(dict):
         if self["skipped"]:
             lines.append(f"Cannot be saved ({len(self['skipped'])}):")
             lines += [f"  {s['name']:<24} {s['reason']}" for s in self["skipped"]]
+        if self.get("unverified"):
+            u = self["unverified"]
+            lines.append(f"Saved but not test-restored ({u['reason']}): {', '.join(u['names'])}")
         if self.get("error"):
             lines.append(f"Pause would FAIL: {self['error']}")
         return "\n".join(lines)
@@ -340,13 +346,19 @@ def dry_run(mode: str = "namespace") -> CheckReport:
     try:
         plan = _plan(mode)
     except CaptureError as e:
-        return CheckReport(objects=[], skipped=[], bytes=0, error=str(e))
+        return CheckReport(objects=[], skipped=[], bytes=0, error=str(e), unverified=None)
     objects = [
         {"name": o["name"], "bytes": o["bytes"], "required": o.get("required", False)}
         for o in plan.objects
         if o["kind"] != "hooks"
     ]
-    return CheckReport(objects=objects, skipped=plan.skipped, bytes=plan.total_bytes, error=None)
+    return CheckReport(
+        objects=objects,
+        skipped=plan.skipped,
+        bytes=plan.total_bytes,
+        error=None,
+        unverified=plan.unverified,
+    )
 
 
 def check(params: dict) -> None:

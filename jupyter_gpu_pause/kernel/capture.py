@@ -21,6 +21,7 @@ from .pickling import RefTable, SegmentPickler, collector_paused
 from .staging import Staging, cuda_staging, download
 
 IPYTHON_NAMES = frozenset({"In", "Out", "exit", "quit", "get_ipython"})
+HOOKS_NAME = "on_pause/on_restore hooks"  # the hooks' name where they are skipped
 MAX_REASON = 500  # characters of an exception's first line kept as the reason of a skip
 # Blobs are hashed, announced (``before_reuse``), looked up and written in batches of at most
 # this many blobs or about this many bytes.
@@ -45,6 +46,8 @@ class Plan:
     skipped: list = field(default_factory=list)
     refs: RefTable = field(default_factory=RefTable)
     packages: list = field(default_factory=list)  # top-level packages of the pickled classes
+    # saved, but not test-restored (trial.py): {"reason", "names"}, or None
+    unverified: dict | None = None
 
     @property
     def total_bytes(self) -> int:
@@ -75,7 +78,12 @@ def make_plan(
         return _make_plan(user_ns, hidden, registered, mode, hooks)
 
 
-def _make_plan(user_ns: dict, hidden: dict, registered: list[str], mode: str, hooks) -> Plan:
+def _make_plan(
+    user_ns: dict, hidden: dict, registered: list[str], mode: str, hooks, exclude=None
+) -> Plan:
+    """``exclude``: names (and HOOKS_OBJECT) -> why they cannot be saved, found by a
+    test-restore (``trial.py``); they are skipped, a registered one fails the plan."""
+    exclude = exclude or {}
     for name in registered:
         if name not in user_ns:
             raise CaptureError(
@@ -105,17 +113,14 @@ def _make_plan(user_ns: dict, hidden: dict, registered: list[str], mode: str, ho
                 }
             )
             continue
+        if name in exclude:
+            _refuse(plan, name, required, exclude[name])
+            continue
         mark = plan.refs.mark()
         try:
             size = pickler.dump(value)
         except Exception as e:
-            reason = _describe_error(e)
-            if required:
-                raise CaptureError(
-                    f"registered variable '{name}' cannot be saved ({reason})",
-                    "registered-unsaveable",
-                ) from e
-            plan.skipped.append({"name": name, "reason": reason})
+            _refuse(plan, name, required, _describe_error(e), e)
             continue
         bulk = 0
         if plan.refs.mark() != mark:  # this variable brought bulk data
@@ -124,17 +129,28 @@ def _make_plan(user_ns: dict, hidden: dict, registered: list[str], mode: str, ho
         plan.objects.append(
             {"name": name, "kind": "pickle", "required": required, "bytes": size + bulk}
         )
-    if hooks and any(hooks.values()):
+    if hooks and any(hooks.values()) and HOOKS_OBJECT in exclude:
+        plan.skipped.append({"name": HOOKS_NAME, "reason": exclude[HOOKS_OBJECT]})
+    elif hooks and any(hooks.values()):
         try:
             size = pickler.dump(hooks)
             plan.objects.append(
                 {"name": HOOKS_OBJECT, "kind": "hooks", "required": False, "bytes": size}
             )
         except Exception as e:
-            plan.skipped.append({"name": "on_pause/on_restore hooks", "reason": _describe_error(e)})
+            plan.skipped.append({"name": HOOKS_NAME, "reason": _describe_error(e)})
     plan.segments = pickler.segments()
     plan.packages = pickler.packages()
     return plan
+
+
+def _refuse(plan: Plan, name: str, required: bool, reason: str, cause=None) -> None:
+    """``name`` cannot be saved: skipped, or the whole plan refused if it is registered."""
+    if required:
+        raise CaptureError(
+            f"registered variable '{name}' cannot be saved ({reason})", "registered-unsaveable"
+        ) from cause
+    plan.skipped.append({"name": name, "reason": reason})
 
 
 class DeviceSource:

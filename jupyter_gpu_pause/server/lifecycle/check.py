@@ -25,10 +25,24 @@ _NOT_CHECKABLE = {
 }
 
 
+def unverified_of(raw) -> dict | None:
+    """The agent's ``unverified`` ({"reason", "names"}: saved, but its test-restore could not
+    judge them, ``kernel/trial.py``) if well formed, with short texts; else None."""
+    if not isinstance(raw, dict):
+        return None
+    reason, names = raw.get("reason"), raw.get("names")
+    if not isinstance(reason, str) or not isinstance(names, list):
+        return None
+    if not all(isinstance(n, str) for n in names):
+        return None
+    return {"reason": reason[:500], "names": [n[:200] for n in names]}
+
+
 def check_report(report: dict) -> dict:
     """The agent's dry-run report as the REST answer, if it has the expected shape."""
     objects, skipped, size = report.get("objects"), report.get("skipped"), report.get("bytes")
     error, registered = report.get("error"), report.get("registered", [])
+    unverified = report.get("unverified")
     well_formed = (
         isinstance(objects, list)
         and all(isinstance(o, dict) and isinstance(o.get("name"), str) for o in objects)
@@ -37,6 +51,7 @@ def check_report(report: dict) -> dict:
         and isinstance(size, int)
         and (error is None or isinstance(error, str))
         and isinstance(registered, list)
+        and (unverified is None or unverified_of(unverified) is not None)
     )
     if not well_formed:
         raise AgentFailed(
@@ -48,6 +63,8 @@ def check_report(report: dict) -> dict:
         "registered": registered,
         "bytes": size,
         "error": error,
+        # saved but not test-restored (a timeout, no fork, a fenced effect), or None
+        "unverified": unverified_of(unverified),
     }
 
 

@@ -18,6 +18,7 @@ from ..state.checkpoints import checkpoint_brief
 from ..state.errors import KernelDied, failure
 from ..state.event_types import EventType
 from ..state.model import Session, gpu_device_count
+from .check import unverified_of
 from .clock import PhaseClock
 from .context import PauseContext, progress_into
 from .operations import Op
@@ -30,6 +31,7 @@ class Pause:
         self.cid: str | None = None  # the checkpoint being written (its GC intents)
         self.clock = PhaseClock()  # the events' phase timings (docs/metrics.md)
         self.gpu_released: float | None = None  # seconds from the request to the shutdown
+        self.unverified: dict | None = None  # saved but not test-restored (kernel/trial.py)
 
     def begin(self, busy: bool) -> None:
         """The session enters ``pausing`` (admission calls this under its lock, before the
@@ -105,6 +107,7 @@ class Pause:
         )
         self.clock.enter("commit")
         check_capture(result)  # the kernel runs user code: nothing it says is signed unchecked
+        self.unverified = unverified_of(result.get("unverified"))
         s.progress = {"phase": "verifying", "done_bytes": 0, "total_bytes": None}
         kernel_meta = {
             **result["kernel"],
@@ -142,6 +145,12 @@ class Pause:
             f"Paused — {size_text(manifest.total_bytes)}, "
             f"{count_text(len(manifest.doc['objects']), 'object')} saved"
             + (f"; not saved: {', '.join(x['name'] for x in skipped)}" if skipped else "")
+            + (
+                f"; not test-restored ({self.unverified['reason']}): "
+                + ", ".join(self.unverified["names"])
+                if self.unverified
+                else ""
+            )
         )
         await self.ctx.table.persist(s)
         await self.ctx.table.record_event(
