@@ -156,21 +156,61 @@ def test_a_hanging_test_restore_is_stopped_and_said():
     # Then it gives up in time, keeps every object and says they were not test-restored
     assert time.monotonic() - start < 5
     assert [o["name"] for o in plan.objects] == ["y", "stuck"] and plan.skipped == []
+    # (``y``, an int, is plain: never loaded, so never in doubt)
     assert plan.unverified == {
         "reason": "it did not finish within 0.5 s and was stopped",
-        "names": ["y", "stuck"],
+        "names": ["stuck"],
     }
 
 
 def test_without_fork_the_plan_is_kept_and_said(monkeypatch):
     # Given a platform without os.fork
     monkeypatch.delattr(os, "fork")
-    ns = {"__name__": "__main__", "y": 3}
+    ns = {"__name__": "__main__", "y": 3, "h": Holder([1])}
     # When a plan is made
     plan = verified_plan(ns, {}, [], "namespace")
-    # Then it is today's plan, named as not test-restored
-    assert [o["name"] for o in plan.objects] == ["y"]
-    assert plan.unverified == {"reason": "this platform has no fork", "names": ["y"]}
+    # Then it is today's plan, what is not plain named as not test-restored
+    assert [o["name"] for o in plan.objects] == ["y", "h"]
+    assert plan.unverified == {"reason": "this platform has no fork", "names": ["h"]}
+
+
+def test_plain_values_fork_no_child(monkeypatch):
+    # Given built-in values, numpy arrays and torch tensors only
+    import numpy as np
+    import torch
+
+    ns = {
+        "__name__": "__main__",
+        "d": {"a": [1, 2.5, "x"]},
+        "a": np.arange(4),
+        "big": np.zeros(300_000),
+        "t": torch.ones(3),
+        "f": np.float32(2),
+    }
+
+    # When a plan is test-restored, on a platform whose fork would fail
+    def no_fork():
+        raise OSError("fork refused")
+
+    monkeypatch.setattr(os, "fork", no_fork)
+    plan = verified_plan(ns, {}, [], "namespace")
+    # Then no child was needed: everything is saved, nothing is in doubt
+    assert sorted(o["name"] for o in plan.objects) == ["a", "big", "d", "f", "t"]
+    assert plan.skipped == [] and plan.unverified is None
+
+
+def test_an_object_sharing_a_plain_value_is_judged_on_its_own():
+    # Given a restorable object and an unrestorable one, both holding a list that an earlier,
+    # plain variable holds too (the stream refers back to it: the child then loads all)
+    shared = [1, 2, 3]
+    ns = {"__name__": "__main__", "shared": shared, "ok": Holder(shared), "bad": Broken(shared)}
+    # When the plan is test-restored
+    plan = verified_plan(ns, {}, [], "namespace")
+    # Then only the broken one is refused, for its own reason
+    assert [o["name"] for o in plan.objects] == ["shared", "ok"]
+    assert [s["name"] for s in plan.skipped] == ["bad"]
+    assert "does not restore: ValueError: refuses to load" in plan.skipped[0]["reason"]
+    assert plan.unverified is None
 
 
 def _hang():
@@ -180,3 +220,20 @@ def _hang():
 class Stuck:
     def __reduce__(self):
         return (_hang, ())
+
+
+class Holder:
+    def __init__(self, items):
+        self.items = items
+
+
+def _refuse(items):
+    raise ValueError("refuses to load")
+
+
+class Broken:
+    def __init__(self, items):
+        self.items = items
+
+    def __reduce__(self):
+        return (_refuse, (self.items,))

@@ -21,8 +21,9 @@ from ..store import IntegrityError, Store, StoreError, declare_intent
 from ..store.schema import MAX_TEXT
 from ..units import count_text, size_text
 from . import api
-from .capture import CaptureError, environment, write_plan
+from .capture import CaptureError, environment, make_plan, write_plan
 from .restore import RestoreError, load_blobs, restore_objects
+from .trial import start as start_trial
 from .trial import verified_plan
 
 MIME_PROGRESS = "application/vnd.jupyter-gpu-pause.progress+json"
@@ -159,12 +160,17 @@ def _store(params: dict) -> Store:
     return Store(params["store_url"], params.get("store_options") or {}, timeout=timeout)
 
 
-def _plan(mode: str):
+def _plan(mode: str, exclude: dict | None = None):
+    """The plan, test-restored in a forked copy of this kernel (``trial.py``): what would not
+    load back is skipped now, ``exclude`` with it."""
     shell = _shell()
+    return verified_plan(shell.user_ns, shell.user_ns_hidden, *_plan_args(mode), exclude=exclude)
+
+
+def _plan_args(mode: str) -> tuple:
     reg = api.REGISTRY
     hooks = {"on_pause": list(reg.on_pause), "on_restore": list(reg.on_restore)}
-    # test-restored in a forked copy of this kernel: what would not load back is skipped now
-    return verified_plan(shell.user_ns, shell.user_ns_hidden, list(reg.names), mode, hooks)
+    return list(reg.names), mode, hooks
 
 
 def capture(params: dict) -> None:
@@ -172,28 +178,41 @@ def capture(params: dict) -> None:
     try:
         for fn in list(api.REGISTRY.on_pause):
             fn()
-        plan = _plan(params.get("capture", "namespace"))
-        limit = int(params.get("max_bytes") or 0)
-        if limit and plan.total_bytes > limit:
-            raise CaptureError(
-                f"the checkpoint would be {plan.total_bytes} bytes, above the limit of {limit} "
-                "bytes set by the administrator (max_checkpoint_bytes)",
-                "too-large",
-            )
+        mode = params.get("capture", "namespace")
+        shell = _shell()
+        plan = make_plan(shell.user_ns, shell.user_ns_hidden, *_plan_args(mode))
+        _check_size(plan, int(params.get("max_bytes") or 0))
+        # the test-restore runs in its child while this process writes the blobs
+        trial = start_trial(plan, shell.user_ns, shell.user_ns_hidden)
         # the size is known before the first byte is written (GPU staging, hashing): say it
         progress = _Progress({"packages": plan.packages})
         progress("capturing", 0, plan.total_bytes)
         store = _store(params)
         cid = params["checkpoint_id"]
-        result = write_plan(
-            plan,
-            store,
-            # the server starts a warm kernel importing these while this pause writes
-            progress=progress,
-            verify=params.get("verify", True),
-            # GC must not delete a blob this capture decides to reuse (store/lease.py)
-            before_reuse=lambda hashes: declare_intent(store, cid, hashes),
-        )
+
+        def write(plan):
+            return write_plan(
+                plan,
+                store,
+                # the server starts a warm kernel importing these while this pause writes
+                progress=progress,
+                verify=params.get("verify", True),
+                # GC must not delete a blob this capture decides to reuse (store/lease.py)
+                before_reuse=lambda hashes: declare_intent(store, cid, hashes),
+            )
+
+        try:
+            result = write(plan)
+        except BaseException:  # a store error, the server cancelling: no need of its answer
+            trial.abandon()
+            raise
+        verdict = trial.verdict()
+        if verdict.failed:  # rare: plan again without what does not restore, write that
+            plan = _plan(mode, exclude=verdict.failed)
+            _check_size(plan, int(params.get("max_bytes") or 0))
+            result = write(plan)
+        else:
+            plan.unverified = verdict.unverified
         result["kernel"], result["origin"] = environment()
         # what a warm kernel imports before this checkpoint's restore (manifest texts are flat)
         result["kernel"]["packages"] = ",".join(plan.packages)[:MAX_TEXT]
@@ -209,6 +228,15 @@ def capture(params: dict) -> None:
         _fail(f"capture failed: {type(e).__name__}: {e}", "agent-error")
     else:
         _ok(result)
+
+
+def _check_size(plan, limit: int) -> None:
+    if limit and plan.total_bytes > limit:
+        raise CaptureError(
+            f"the checkpoint would be {plan.total_bytes} bytes, above the limit of {limit} "
+            "bytes set by the administrator (max_checkpoint_bytes)",
+            "too-large",
+        )
 
 
 def restore(params: dict) -> None:

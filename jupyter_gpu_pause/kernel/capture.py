@@ -46,6 +46,8 @@ class Plan:
     skipped: list = field(default_factory=list)
     refs: RefTable = field(default_factory=RefTable)
     packages: list = field(default_factory=list)  # top-level packages of the pickled classes
+    # per segment: only built-in and trusted objects (pickling.py), which the test-restore skips
+    plain: list = field(default_factory=list)
     # saved, but not test-restored (trial.py): {"reason", "names"}, or None
     unverified: dict | None = None
 
@@ -140,6 +142,7 @@ def _make_plan(
         except Exception as e:
             plan.skipped.append({"name": HOOKS_NAME, "reason": _describe_error(e)})
     plan.segments = pickler.segments()
+    plan.plain = pickler.plain()
     plan.packages = pickler.packages()
     return plan
 

@@ -11,11 +11,13 @@ that fails to load be skipped without shifting the memo of the segments after it
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import gc
 import io
 import pickle
 import sys
+import types
 
 import cloudpickle
 
@@ -27,6 +29,15 @@ _FILE_TYPES = (io.FileIO, io.BufferedReader, io.BufferedWriter, io.BufferedRando
 ARRAY_BLOB_MIN_BYTES = 1024 * 1024
 # Types that are never a reference of ours: persistent_id answers them first (it runs per object)
 _PLAIN = frozenset({int, float, str, bytes, bool, type(None), tuple, list, dict, set, complex})
+# What a *plain* segment may hold besides _PLAIN (``NamespacePickler.plain``): objects whose
+# rebuild is pickle's, numpy's or torch's own fixed functions, fed only with built-in values,
+# so that it cannot fail where the pickling succeeded. The test-restore (``trial.py``) skips
+# plain segments. Any other type (a user's class, a library's model, a by-value function)
+# makes its segment one that is test-restored.
+_TRUSTED_ROOTS = frozenset({"numpy"})  # every type of these packages, and their functions
+_TRUSTED_CLASSES = frozenset({"builtins", "collections", "numpy"})  # classes by reference
+_TRUSTED_FUNCTIONS = frozenset({"torch._utils"})  # functions by reference
+_TRUSTED_TORCH = ("Tensor", "nn.Parameter", "storage.TypedStorage", "UntypedStorage")
 
 
 @contextlib.contextmanager
@@ -110,6 +121,9 @@ class NamespacePickler(cloudpickle.Pickler):
         self._untyped = torch.UntypedStorage if torch is not None else None
         self._ndarray = np.ndarray if np is not None else None
         self.modules: set[str] = set()  # where the graph's classes come from (``packages``)
+        # the current segment holds only _PLAIN and trusted objects (see _TRUSTED_ROOTS)
+        self.plain = True
+        self._trusted_types = {_resolve(torch, n) for n in _TRUSTED_TORCH} if torch else set()
 
     def persistent_id(self, obj):
         if obj is self.user_ns:
@@ -118,6 +132,8 @@ class NamespacePickler(cloudpickle.Pickler):
         if t in _PLAIN:
             return None
         self.modules.add(t.__module__)
+        if self.plain and not self._trusted(obj, t):
+            self.plain = False
         if t is type:  # a class pickled by reference
             self.modules.add(getattr(obj, "__module__", None) or "builtins")
         if isinstance(obj, _FILE_TYPES):
@@ -142,6 +158,24 @@ class NamespacePickler(cloudpickle.Pickler):
                 return ("array", self.refs.array_ref(obj))
         return None
 
+    def _trusted(self, obj, t) -> bool:
+        if t in self._trusted_types or t.__module__.partition(".")[0] in _TRUSTED_ROOTS:
+            return True
+        module = getattr(obj, "__module__", None) or ""
+        if t is type:
+            return module.partition(".")[0] in _TRUSTED_CLASSES
+        if t is types.BuiltinFunctionType:
+            return module.partition(".")[0] in _TRUSTED_ROOTS
+        if t is types.FunctionType:  # by reference only where it is a module's own function
+            return module in _TRUSTED_FUNCTIONS and "<" not in obj.__qualname__
+        return t is collections.OrderedDict
+
+
+def _resolve(root, dotted: str):
+    for part in dotted.split("."):
+        root = getattr(root, part)
+    return root
+
 
 class SegmentPickler:
     """Pickles variables one segment each, all on one pickler and so on one memo.
@@ -162,6 +196,7 @@ class SegmentPickler:
         self._buf = io.BytesIO()
         self._pickler = NamespacePickler(self._buf, self.refs, self.user_ns)
         self._ends: list[int] = []
+        self._plain: list[bool] = []
 
     def dump(self, obj) -> int:
         """Pickle one more variable; returns its segment's size. On error nothing of it is
@@ -169,7 +204,7 @@ class SegmentPickler:
         mark = self.refs.mark()
         start = self._buf.tell()
         try:
-            self._pickler.dump(obj)
+            self._dump(obj)
         except BaseException:
             self.refs.rollback(mark)
             done, self._objects = self._objects, []
@@ -177,14 +212,14 @@ class SegmentPickler:
             for o in done:
                 self._dump(o)
             raise
-        self._objects.append(obj)
-        self._ends.append(self._buf.tell())
         return self._ends[-1] - start
 
     def _dump(self, obj) -> None:
+        self._pickler.plain = True
         self._pickler.dump(obj)
         self._objects.append(obj)
         self._ends.append(self._buf.tell())
+        self._plain.append(self._pickler.plain)
 
     def packages(self) -> list[str]:
         """The top-level packages the pickled classes come from (``torch``, ``pandas``): what
@@ -195,6 +230,10 @@ class SegmentPickler:
             for r in roots
             if r.isidentifier() and not r.startswith("_") and r != "builtins" and r in sys.modules
         )
+
+    def plain(self) -> list[bool]:
+        """Per segment, whether it holds only built-in and trusted objects (``_TRUSTED_*``)."""
+        return list(self._plain)
 
     def segments(self) -> list[bytes]:
         """The segments, in the order their variables were pickled."""

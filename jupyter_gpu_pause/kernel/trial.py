@@ -7,6 +7,15 @@ writes, the plan's object segments are unpickled in a child made with ``os.fork`
 moves to ``skipped``. The live namespace is never touched: the child has its own copy of the
 memory.
 
+A *plain* segment (only built-in values, numpy arrays and scalars, torch tensors and their
+storages: ``pickling._TRUSTED_*``) needs no test-restore: its rebuild is pickle's, numpy's or
+torch's own, fed with built-in values, and cannot fail where its pickling succeeded. A plan of
+plain segments only forks no child at all; otherwise the child loads the whole stream (the
+segments share one memo) and judges the objects that are not plain. A pause starts the child
+as soon as its plan is made and writes the blobs meanwhile (``start``, ``Pending``), the child
+at a lower priority so that it takes only what the writing leaves of the CPU; a check waits
+for it at once.
+
 What the child gets instead of bulk bytes: every torch storage and blob array is an
 uninitialised CPU buffer of its size (``torch.empty``/``np.empty``: no bytes copied, pages never
 touched, no CUDA), so tensors come back with their dtype, shape and strides but not their
@@ -95,75 +104,129 @@ def verified_plan(
     mode: str,
     hooks: dict | None = None,
     timeout: float = TIMEOUT,
+    exclude: dict | None = None,
 ) -> Plan:
     """``capture.make_plan``, test-restored: what does not load back is skipped (a registered
     name raises CaptureError ``registered-unsaveable``), what could not be judged is named in
-    ``plan.unverified``.
+    ``plan.unverified``. ``exclude``: names already known not to restore.
 
     A skipped object leaves the stream, and the objects after it were pickled on the same memo:
     so the plan is made again without it, and test-restored again (one more round per
     failure found, only on that rare path; every round within the one ``timeout``).
     """
     deadline = time.monotonic() + timeout
-    exclude: dict = {}
+    exclude = dict(exclude or {})
     with collector_paused():
         while True:
             plan = _make_plan(user_ns, hidden, registered, mode, hooks, exclude)
-            verdict = trial_restore(plan, user_ns, hidden, deadline - time.monotonic())
+            verdict = start(plan, user_ns, hidden, deadline - time.monotonic()).verdict()
             plan.unverified = verdict.unverified
             if not verdict.failed:
                 return plan
             exclude.update(verdict.failed)
 
 
+class Pending:
+    """A test-restore under way in a child process: ``verdict()`` waits for its answer.
+
+    A pause starts it as soon as the plan is made and writes the blobs meanwhile, so the
+    child's unpickling costs the pause only what outlasts the writes (``agent.capture``).
+    """
+
+    def __init__(self, names: list[str], done: Verdict | None = None):
+        self.names = names
+        self._done = done
+        self._pid = self._fd = None
+        self._deadline = 0.0
+        self._timeout = 0.0
+
+    def verdict(self) -> Verdict:
+        if self._done is None:
+            self._done = self._collect()
+        return self._done
+
+    def abandon(self) -> None:
+        """Stop the child without waiting for its answer."""
+        if self._done is None:
+            self._done = self._unjudged("it was abandoned")
+            os.close(self._fd)
+            _kill(self._pid)
+            threading.Thread(
+                target=_reap, args=(self._pid,), name="gpu-pause-reap", daemon=True
+            ).start()
+
+    def _collect(self) -> Verdict:
+        data = None
+        try:
+            data = _read(self._fd, self._deadline)
+        finally:
+            os.close(self._fd)
+            if data is None:
+                _kill(self._pid)
+            # the exit of a process that shares the kernel's memory takes milliseconds:
+            # waited for aside (the kernel keeps no zombie), not by the pause
+            threading.Thread(
+                target=_reap, args=(self._pid,), name="gpu-pause-reap", daemon=True
+            ).start()
+        if data is None:
+            return self._unjudged(f"it did not finish within {self._timeout:.3g} s and was stopped")
+        try:
+            answer = json.loads(data)
+        except ValueError:
+            return self._unjudged("its process ended without an answer")
+        if "error" in answer:
+            return self._unjudged(answer["error"])
+        unverified = answer["unverified"]
+        return Verdict(
+            failed=answer["failed"],
+            unverified={"reason": answer["why"], "names": unverified} if unverified else None,
+        )
+
+    def _unjudged(self, why: str) -> Verdict:
+        return Verdict(unverified={"reason": why, "names": self.names})
+
+
+def start(plan: Plan, user_ns: dict, hidden: dict, timeout: float = TIMEOUT) -> Pending:
+    """Fork the child that unpickles ``plan``'s segments; it answers through a pipe."""
+    loaded = [o for o in plan.objects if o["kind"] != "module"]
+    names = [o["name"] for o, plain in zip(loaded, plan.plain, strict=True) if not plain]
+    pending = Pending(names)
+    if not names:  # nothing, or only plain segments: no child at all
+        pending._done = Verdict()
+    elif not hasattr(os, "fork"):
+        pending._done = pending._unjudged("this platform has no fork")
+    elif timeout <= 0:
+        pending._done = pending._unjudged("no time was left for it")
+    else:
+        try:
+            pending._pid, pending._fd = _fork(plan, user_ns, hidden)
+        except OSError as e:  # fork or pipe refused (memory, process limits)
+            pending._done = pending._unjudged(f"it could not start ({_describe_error(e)})")
+        pending._timeout = timeout
+        pending._deadline = time.monotonic() + timeout
+    return pending
+
+
 def trial_restore(plan: Plan, user_ns: dict, hidden: dict, timeout: float) -> Verdict:
     """Unpickle ``plan``'s segments in a forked child; what fails, what could not be judged."""
-    names = [o["name"] for o in plan.objects if o["kind"] != "module"]
-    if not names:
-        return Verdict()
-    if not hasattr(os, "fork"):
-        return Verdict(unverified={"reason": "this platform has no fork", "names": names})
-    if timeout <= 0:
-        return Verdict(unverified={"reason": "no time was left for it", "names": names})
-    try:
-        answer = _in_child(plan, user_ns, hidden, timeout)
-    except OSError as e:  # fork or pipe refused (memory, process limits)
-        answer = {"error": f"it could not start ({_describe_error(e)})"}
-    if "error" in answer:
-        return Verdict(unverified={"reason": answer["error"], "names": names})
-    unverified = answer["unverified"]
-    return Verdict(
-        failed=answer["failed"],
-        unverified={"reason": answer["why"], "names": unverified} if unverified else None,
-    )
+    return start(plan, user_ns, hidden, timeout).verdict()
 
 
-def _in_child(plan: Plan, user_ns: dict, hidden: dict, timeout: float) -> dict:
+def _fork(plan: Plan, user_ns: dict, hidden: dict) -> tuple[int, int]:
     r, w = os.pipe()
     with warnings.catch_warnings():  # Python >= 3.12 warns of fork in a threaded process
         warnings.simplefilter("ignore", DeprecationWarning)
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError:
+            os.close(r)
+            os.close(w)
+            raise
     if pid == 0:  # the child: never returns
         os.close(r)
         _child(plan, user_ns, hidden, w)
     os.close(w)
-    done = False
-    try:
-        data = _read(r, time.monotonic() + timeout)
-        done = data is not None
-    finally:
-        os.close(r)
-        if not done:
-            _kill(pid)
-        # the exit of a process that shares the kernel's memory takes milliseconds: waited
-        # for aside (the kernel keeps no zombie), not by the pause
-        threading.Thread(target=_reap, args=(pid,), name="gpu-pause-reap", daemon=True).start()
-    if data is None:
-        return {"error": f"it did not finish within {timeout:.3g} s and was stopped"}
-    try:
-        return json.loads(data)
-    except ValueError:
-        return {"error": "its process ended without an answer"}
+    return pid, r
 
 
 def _read(fd: int, deadline: float) -> bytes | None:
@@ -219,6 +282,7 @@ def _fence(w: int) -> None:
     import resource
 
     gc.disable()
+    os.nice(10)  # the kernel's own writing, and the server, go first
     try:  # the kernel's handlers are not for this process; a write past the limit: EFBIG
         for sig, how in ((signal.SIGINT, signal.SIG_DFL), (signal.SIGTERM, signal.SIG_DFL)):
             signal.signal(sig, how)
