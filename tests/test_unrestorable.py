@@ -5,6 +5,7 @@ kernel never runs any of that unpickling itself."""
 
 from __future__ import annotations
 
+import collections
 import os
 import time
 
@@ -162,6 +163,29 @@ def test_a_hanging_test_restore_is_stopped_and_said():
     }
 
 
+def test_only_what_needs_the_failed_object_is_skipped_with_it():
+    # Given an object that does not unpickle, pickled first, whose list also holds an
+    # OrderedDict; a later OrderedDict that shares only its class; one that holds the object
+    bad = Fragile()
+    ns = {
+        "__name__": "__main__",
+        "p": [bad, collections.OrderedDict(a=1)],
+        "y": collections.OrderedDict(b=2),
+        "q": {"holds": bad},
+        "z": 3,
+    }
+    # When a plan is test-restored
+    plan = verified_plan(ns, {}, [], "namespace")
+    # Then the failed object and the one holding it are not saved, each with the exception;
+    # the OrderedDict that only met its class in the failed object's part of the stream is
+    # saved (it was skipped as "it refers to 'p'" before)
+    assert plan.skipped == [
+        {"name": "p", "reason": "does not restore: ValueError: p cannot be rebuilt"},
+        {"name": "q", "reason": "does not restore: ValueError: p cannot be rebuilt"},
+    ]
+    assert [o["name"] for o in plan.objects] == ["y", "z"] and plan.unverified is None
+
+
 def test_without_fork_the_plan_is_kept_and_said(monkeypatch):
     # Given a platform without os.fork
     monkeypatch.delattr(os, "fork")
@@ -171,6 +195,15 @@ def test_without_fork_the_plan_is_kept_and_said(monkeypatch):
     # Then it is today's plan, named as not test-restored
     assert [o["name"] for o in plan.objects] == ["y"]
     assert plan.unverified == {"reason": "this platform has no fork", "names": ["y"]}
+
+
+def rebuild(what):
+    raise ValueError(f"{what} cannot be rebuilt")
+
+
+class Fragile:
+    def __reduce__(self):
+        return (rebuild, ("p",))
 
 
 def _hang():
