@@ -34,6 +34,7 @@ import signal
 import sys
 import threading
 import time
+import types
 import warnings
 from dataclasses import dataclass, field
 
@@ -349,6 +350,13 @@ def _load(plan: Plan, user_ns: dict, hidden: dict) -> dict:
         for k, v in user_ns.items()
         if hidden.get(k, _ABSENT) is v or (k.startswith("__") and k.endswith("__"))
     }
+    # ... and so is the module pickle looks names of the notebook up in: an object pickled by
+    # reference to ``__main__.name`` (an ``lru_cache`` function) finds nothing there at the
+    # resume; in the copy of the kernel it found the notebook's own and was called saved.
+    main = types.ModuleType(user_ns.get("__name__", "__main__"))
+    main.__dict__.update(fresh)
+    fresh = main.__dict__
+    sys.modules[main.__name__] = main  # the child's own sys.modules: the kernel keeps its own
     resolver = _Placeholders(plan, stream, fresh)
     failed, unverified, why, kept = {}, [], None, []
     for obj, value, error in _rebuild(doc, resolver):
