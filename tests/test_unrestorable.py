@@ -5,6 +5,7 @@ kernel never runs any of that unpickling itself."""
 
 from __future__ import annotations
 
+import collections
 import os
 import time
 
@@ -116,6 +117,47 @@ async def test_a_registered_object_that_does_not_unpickle_fails_the_pause(lab, s
     assert out.strip() == "Fragile 3"
 
 
+async def test_an_object_pickled_by_its_name_in_the_notebook_is_named_before_the_pause(lab):
+    # Given a notebook's lru_cache function: it pickles as a reference to __main__.fib, which a
+    # new kernel does not have when it restores (the copy of the kernel had the notebook's own)
+    s = await lab.open_notebook()
+    await lab.run(
+        s["kernel_id"],
+        "import functools\n"
+        "@functools.lru_cache(maxsize=None)\n"
+        "def fib(n):\n"
+        "    return n if n < 2 else fib(n - 1) + fib(n - 2)\n"
+        "y = fib(20)\n",
+    )
+    # When the Lab asks what a pause would save
+    code, body = await lab.api("POST", f"sessions/{s['id']}/check")
+    # Then fib is named as cannot be saved, with the exception the resume would have met
+    assert code == 200, body
+    assert body["skipped"] == [
+        {
+            "name": "fib",
+            "reason": "does not restore: AttributeError: "
+            "Can't get attribute 'fib' on <module '__main__'>",
+        }
+    ]
+    # And after a pause and a resume nothing is found missing that was not named
+    _, paused, back = await _pause_resume(lab, s)
+    assert [x["name"] for x in paused["checkpoint"]["skipped_objects"]] == ["fib"]
+    assert back["restore"]["failed"] == [], back["restore"]
+    out = await lab.run(back["kernel_id"], "print(y, 'fib' in globals())")
+    assert out == "6765 False\n"
+
+
+async def _pause_resume(lab, s: dict) -> tuple[dict, dict, dict]:
+    assert (await lab.api("POST", f"sessions/{s['id']}/pause"))[0] == 202
+    paused = await lab.wait_state(s["id"])
+    assert paused["state"] == "paused", paused
+    assert (await lab.api("POST", f"sessions/{s['id']}/resume"))[0] == 202
+    back = await lab.wait_state(s["id"])
+    assert back["state"] in ("active", "idle"), back
+    return s, paused, back
+
+
 @pytest.mark.gp_config(max_checkpoint_bytes=1)  # the pause then fails after its plan
 async def test_the_test_restore_leaves_the_kernel_untouched(lab, tmp_path):
     # Given objects whose unpickling appends to the notebook's list and writes a file
@@ -161,6 +203,29 @@ def test_a_hanging_test_restore_is_stopped_and_said():
         "reason": "it did not finish within 0.5 s and was stopped",
         "names": ["stuck"],
     }
+
+
+def test_only_what_needs_the_failed_object_is_skipped_with_it():
+    # Given an object that does not unpickle, pickled first, whose list also holds an
+    # OrderedDict; a later OrderedDict that shares only its class; one that holds the object
+    bad = Fragile()
+    ns = {
+        "__name__": "__main__",
+        "p": [bad, collections.OrderedDict(a=1)],
+        "y": collections.OrderedDict(b=2),
+        "q": {"holds": bad},
+        "z": 3,
+    }
+    # When a plan is test-restored
+    plan = verified_plan(ns, {}, [], "namespace")
+    # Then the failed object and the one holding it are not saved, each with the exception;
+    # the OrderedDict that only met its class in the failed object's part of the stream is
+    # saved (it was skipped as "it refers to 'p'" before)
+    assert plan.skipped == [
+        {"name": "p", "reason": "does not restore: ValueError: p cannot be rebuilt"},
+        {"name": "q", "reason": "does not restore: ValueError: p cannot be rebuilt"},
+    ]
+    assert [o["name"] for o in plan.objects] == ["y", "z"] and plan.unverified is None
 
 
 def test_without_fork_the_plan_is_kept_and_said(monkeypatch):
@@ -211,6 +276,15 @@ def test_an_object_sharing_a_plain_value_is_judged_on_its_own():
     assert [s["name"] for s in plan.skipped] == ["bad"]
     assert "does not restore: ValueError: refuses to load" in plan.skipped[0]["reason"]
     assert plan.unverified is None
+
+
+def rebuild(what):
+    raise ValueError(f"{what} cannot be rebuilt")
+
+
+class Fragile:
+    def __reduce__(self):
+        return (rebuild, ("p",))
 
 
 def _hang():
