@@ -37,8 +37,9 @@ def marked_no_rerun(code: str) -> bool:
 def analyse(code: str) -> dict:
     """Reads, writes and whether they are known, from already-transformed ``code``.
 
-    Returns ``{"reads", "writes", "deletes", "star", "analysed", "blocked"}``: ``star`` lists
-    the modules star-imported (their names are added once the cell has run).
+    Returns ``{"reads", "writes", "deletes", "star", "analysed", "blocked"}``: ``deletes`` are
+    the names a top-level ``del`` leaves unbound; ``star`` lists the modules star-imported
+    (their names are added once the cell has run).
     """
     out = {"reads": [], "writes": [], "deletes": [], "star": [], "analysed": False, "blocked": None}
     try:
@@ -47,11 +48,10 @@ def analyse(code: str) -> dict:
         return out
     reads: set[str] = set()
     writes: set[str] = set()
-    deletes: set[str] = set()
     star: list[str] = []
     magics: list[tuple[str, str]] = []
     for node in tree.body:
-        _module_writes(node, writes, deletes, star)
+        _module_writes(node, writes, star)
     try:
         _scope_reads(symtable.symtable(code, "<cell>", "exec"), reads, top=True)
     except SyntaxError:
@@ -64,6 +64,7 @@ def analyse(code: str) -> dict:
         elif (magic := _magic(node)) is not None:
             magics.append(magic)
     reads &= _loaded_before_bound(tree)
+    deletes = _left_deleted(tree)
     opaque, blocked = False, None
     for name, arg in magics:
         if name in _OPAQUE_MAGICS or name == "<dynamic>":
@@ -116,6 +117,18 @@ def _loaded_before_bound(tree: ast.Module) -> set[str]:
     return loaded
 
 
+def _left_deleted(tree: ast.Module) -> set[str]:
+    """Names a top-level ``del`` removes and no later statement of the cell binds again."""
+    last: dict[str, bool] = {}
+    for stmt in tree.body:
+        for node in ast.walk(stmt):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                last[node.id] = False
+        if isinstance(stmt, ast.Delete):
+            last.update((t.id, True) for t in stmt.targets if isinstance(t, ast.Name))
+    return {name for name, deleted in last.items() if deleted}
+
+
 def _flat(targets: list[ast.AST]):
     for t in targets:
         if isinstance(t, ast.Tuple | ast.List):
@@ -165,7 +178,7 @@ def _strip_options(name: str, arg: str) -> str:
     return " ".join(words)
 
 
-def _module_writes(node: ast.AST, writes: set, deletes: set, star: list) -> None:
+def _module_writes(node: ast.AST, writes: set, star: list) -> None:
     """Names ``node`` (at module scope) binds or mutates; nested scopes only through ``global``."""
     if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
         writes.add(node.name)
@@ -178,11 +191,11 @@ def _module_writes(node: ast.AST, writes: set, deletes: set, star: list) -> None
             else node.args.defaults + [d for d in node.args.kw_defaults if d is not None]
         )
         for child in outer:
-            _module_writes(child, writes, deletes, star)
+            _module_writes(child, writes, star)
         return
     if isinstance(node, ast.Lambda):
         for child in node.args.defaults:
-            _module_writes(child, writes, deletes, star)
+            _module_writes(child, writes, star)
         return
     targets: list[ast.AST] = []
     if isinstance(node, ast.Assign):
@@ -195,7 +208,6 @@ def _module_writes(node: ast.AST, writes: set, deletes: set, star: list) -> None
         targets = [node.target]
     elif isinstance(node, ast.Delete):
         targets = node.targets
-        deletes.update(t.id for t in node.targets if isinstance(t, ast.Name))
     elif isinstance(node, ast.ExceptHandler) and node.name:
         writes.add(node.name)
     elif isinstance(node, ast.MatchAs | ast.MatchStar) and node.name:
@@ -213,7 +225,7 @@ def _module_writes(node: ast.AST, writes: set, deletes: set, star: list) -> None
     for target in targets:
         writes.update(_target_names(target))
     for child in ast.iter_child_nodes(node):
-        _module_writes(child, writes, deletes, star)
+        _module_writes(child, writes, star)
 
 
 def _target_names(target: ast.AST) -> set[str]:
