@@ -208,7 +208,7 @@ def capture(params: dict) -> None:
             raise
         verdict = trial.verdict()
         if verdict.failed:  # rare: plan again without what does not restore, write that
-            plan = _plan(mode, exclude=verdict.failed)
+            plan = _plan(mode, exclude=verdict.own_failures())
             _check_size(plan, int(params.get("max_bytes") or 0))
             result = write(plan)
         else:

@@ -96,6 +96,11 @@ class Verdict:
     failed: dict = field(default_factory=dict)
     unverified: dict | None = None
 
+    def own_failures(self) -> dict:
+        """The objects that failed by themselves, to skip: a memo miss is tried again. (A
+        round's first failure is never a memo miss: nothing failed before it.)"""
+        return {n: why for n, why in self.failed.items() if why != _MISSES}
+
 
 class Fenced(PermissionError):
     """Raised in the child where loading an object would act outside the child's memory."""
@@ -135,8 +140,7 @@ def verified_plan(
             plan.unverified = verdict.unverified
             if not verdict.failed:
                 return plan
-            # a round's first failure is never a memo miss (nothing failed before it)
-            exclude.update({n: why for n, why in verdict.failed.items() if why != _MISSES})
+            exclude.update(verdict.own_failures())
 
 
 class Pending:
