@@ -28,6 +28,7 @@ from jupyter_gpu_pause.store.format import (
     FORMAT,
     blob_path,
     build_manifest,
+    check_checkpoint_id,
     new_checkpoint_id,
     parse_manifest,
 )
@@ -318,6 +319,18 @@ def test_list_checkpoints_oldest_first_without_strays(store, store_dir):
     listed = store.list_checkpoints(SESSION)
     # Then only the three checkpoints come back, oldest first
     assert listed == [ids[1], ids[0], ids[2]]
+
+
+def test_checkpoints_made_within_one_second_list_in_the_order_they_were_made(store):
+    # Given a session paused, resumed and paused again within the same second, many times over
+    for _ in range(50):
+        ids = [new_checkpoint_id(T0 + timedelta(microseconds=us)) for us in (3, 480_000, 999_999)]
+        # Then each id still passes the id check, and they sort as they were made
+        assert [check_checkpoint_id(i) for i in ids] == sorted(ids)
+    for cid in reversed(ids):
+        store.write_manifest({"session_id": SESSION, "checkpoint_id": cid})
+    # And the store lists them oldest first, the order retention and the fallback rely on
+    assert store.list_checkpoints(SESSION) == ids
 
 
 def test_list_checkpoints_of_an_unknown_session_is_empty(store):

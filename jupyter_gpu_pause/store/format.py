@@ -37,9 +37,15 @@ def parse_iso(text: str) -> datetime:
 
 
 def new_checkpoint_id(now: datetime | None = None) -> str:
-    """Ids that sort by creation time: ``20261202T101500Z-1a2b3c4d``."""
+    """Ids that sort by creation time: ``20261202T101500Z-1a2b3c4d``.
+
+    The suffix's first five hex digits are the microseconds and the last three random, so two
+    checkpoints of one session made within the same second (a quick pause, resume, pause)
+    still sort in the order they were made: retention's ``keep_last`` and the resume's
+    fallback to older checkpoints go by this order.
+    """
     now = now or utcnow()
-    return f"{now.strftime('%Y%m%dT%H%M%SZ')}-{secrets.token_hex(4)}"
+    return f"{now.strftime('%Y%m%dT%H%M%SZ')}-{now.microsecond:05x}{secrets.randbelow(4096):03x}"
 
 
 def check_checkpoint_id(checkpoint_id: str) -> str:
