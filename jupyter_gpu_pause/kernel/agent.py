@@ -3,8 +3,9 @@
 The server sends one silent ``execute_request`` whose code (``CODE``) calls ``call_parent``; the
 request ``{"protocol", "func", "params"}`` is in that message's metadata (``REQUEST_KEY``), not
 in the code, which IPython would run through its input transformers. ``func`` is ``capture``,
-``restore``, ``check``, ``warm``, ``gpu`` or ``usage``. (``call`` takes the request as base64
-JSON in the code, as servers before this one sent it.)
+``restore``, ``check``, ``warm``, ``gpu``, ``usage``, ``track`` or ``rebuild``; every request
+first installs the cell log (``cells.py``) if this kernel has none yet. (``call`` takes the
+request as base64 JSON in the code, as servers before this one sent it.)
 Progress and the final result travel back as display_data messages with our own MIME types on
 IOPub: frontends ignore them (the request is not theirs) and nothing is added to the user's
 namespace or history. Every result carries the protocol and package version, so a kernel whose
@@ -20,7 +21,7 @@ import time
 from ..store import IntegrityError, Store, StoreError, declare_intent
 from ..store.schema import MAX_TEXT
 from ..units import count_text, size_text
-from . import api
+from . import api, cells, rerun
 from .capture import CaptureError, environment, make_plan, write_plan
 from .restore import RestoreError, load_blobs, restore_objects
 from .trial import start as start_trial
@@ -30,7 +31,7 @@ MIME_PROGRESS = "application/vnd.jupyter-gpu-pause.progress+json"
 MIME_RESULT = "application/vnd.jupyter-gpu-pause.result+json"
 # The shape of requests and results; bumped whenever either changes. The server refuses a reply
 # of another protocol, the agent a request of another protocol, each saying which versions met.
-PROTOCOL = 4
+PROTOCOL = 5
 REQUEST_KEY = "jupyter_gpu_pause_request"  # the execute_request's metadata key of the request
 CODE = "__import__('jupyter_gpu_pause.kernel.agent', fromlist=['_']).call_parent()"
 
@@ -145,9 +146,15 @@ def _run(request) -> None:
         "warm": warm,
         "gpu": gpu,
         "usage": usage,
+        "track": track,
+        "rebuild": rebuild,
     }.get(func)
     if entry is None:
         return _fail(f"the agent has no function {func!r}", "agent-protocol")
+    try:
+        cells.install(_shell())  # from now on every cell a person runs is recorded
+    except Exception:  # the log is a help for later; it never stands in a request's way
+        pass
     try:
         entry(params)
     except Exception as e:  # never leave the server waiting for an answer
@@ -181,6 +188,7 @@ def capture(params: dict) -> None:
         mode = params.get("capture", "namespace")
         shell = _shell()
         plan = make_plan(shell.user_ns, shell.user_ns_hidden, *_plan_args(mode))
+        plan.cells = rerun.log_bytes(shell)
         _check_size(plan, int(params.get("max_bytes") or 0))
         # the test-restore runs in its child while this process writes the blobs
         trial = start_trial(plan, shell.user_ns, shell.user_ns_hidden)
@@ -209,6 +217,7 @@ def capture(params: dict) -> None:
         verdict = trial.verdict()
         if verdict.failed:  # rare: plan again without what does not restore, write that
             plan = _plan(mode, exclude=verdict.own_failures())
+            plan.cells = rerun.log_bytes(shell)
             _check_size(plan, int(params.get("max_bytes") or 0))
             result = write(plan)
         else:
@@ -274,6 +283,7 @@ def restore(params: dict) -> None:
         report = restore_objects(
             doc, blobs, _shell().user_ns, params.get("device", "any"), bad, fallbacks()
         )
+        older_log, log_problem = rerun.load_log(doc, blobs, bad)
     except IntegrityError as e:
         return _fail(f"checkpoint {cid} was refused: {e}", "integrity", e.check)
     except RestoreError as e:
@@ -295,8 +305,47 @@ def restore(params: dict) -> None:
             report["failed"].append(
                 {"name": f"on_restore hook {getattr(fn, '__name__', fn)!s}", "reason": repr(e)}
             )
+    shell = _shell()
+    if params.get("rebuild", "ask") == "never":
+        missing = []  # the log is still joined, so a later pause keeps it
+    else:
+        missing = rerun.lost_names(report, shell.user_ns)
+    no_rerun = params.get("no_rerun_ids") or []
+    report["rebuild"] = rerun.offer(shell, missing, older_log, log_problem, no_rerun)
     api.REGISTRY.last_restore = report
     _ok(report)
+
+
+def track(params: dict) -> None:
+    """Start the cell log now (``_run`` installs it): the server asks as soon as it sees a new
+    kernel, so each cell's run time is known from the first one on."""
+    _ok({"cells": len(cells.install(_shell()).cells)})
+
+
+def rebuild(params: dict) -> None:
+    """Re-run the cells that make the names the resume did not bring back (``rerun.run``),
+    publishing progress per cell."""
+
+    def progress(done: int, total: int) -> None:
+        _publish(
+            MIME_PROGRESS,
+            {"phase": "rebuilding", "done_bytes": done, "total_bytes": total, "unit": "cells"},
+        )
+
+    shell = _shell()
+    try:
+        result = rerun.run(
+            shell,
+            params.get("names") or None,
+            bool(params.get("confirm")),
+            progress,
+            params.get("no_rerun_ids"),
+        )
+    except Exception as e:
+        return _fail(f"rebuild failed: {type(e).__name__}: {e}", "agent-error")
+    if api.REGISTRY.last_restore is not None:
+        api.REGISTRY.last_restore["rebuild"] = result["offer"]
+    _ok(result)
 
 
 def _cells_run() -> int:

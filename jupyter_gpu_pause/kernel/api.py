@@ -71,6 +71,47 @@ def last_restore() -> dict | None:
     return REGISTRY.last_restore
 
 
+class RebuildResult(dict):
+    """The answer of ``gp.rebuild()``: a dict that prints as one readable paragraph."""
+
+    def __repr__(self) -> str:
+        from .rerun import result_text
+
+        return result_text(self)
+
+    def _repr_pretty_(self, p, cycle) -> None:
+        p.text(repr(self))
+
+
+def rebuild(*names: str, confirm: bool = False) -> RebuildResult:
+    """Re-run the recorded cells that make the variables the last resume did not bring back
+    (``gp.last_restore()["rebuild"]`` says which, and which cells): all of them, or ``names``.
+
+    The cells run against copies of the restored values they read, and only the rebuilt names
+    are written back: the restored objects are never changed. A plan that would have to share
+    a restored object instead of copying it, or copy a lot, asks first: pass ``confirm=True``.
+    Cells marked ``# gp: no-rerun`` (or tagged ``gp-no-rerun``) are never re-run.
+    """
+    from IPython import get_ipython
+
+    from .rerun import run
+
+    shell = get_ipython()
+    if shell is None:
+        raise RuntimeError("gp.rebuild() works inside an IPython kernel only")
+    for n in names:
+        if not is_variable_name(n):
+            raise ValueError(f"{n!r} is not a variable name")
+    result = run(shell, list(names) or None, confirm)
+    if REGISTRY.last_restore is not None:
+        REGISTRY.last_restore["rebuild"] = result["offer"]
+        try:  # the session (the Lab, the events) learns what came back
+            _server_call("POST", "rebuilt", {"result": result})
+        except RuntimeError:
+            pass  # no server to tell (a plain IPython, or it is unreachable): nothing to fix
+    return RebuildResult(result)
+
+
 def check():
     """Dry run: what a pause would save, the sizes, and what cannot be saved and why."""
     from .agent import dry_run

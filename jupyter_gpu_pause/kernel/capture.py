@@ -50,6 +50,8 @@ class Plan:
     plain: list = field(default_factory=list)
     # saved, but not test-restored (trial.py): {"reason", "names"}, or None
     unverified: dict | None = None
+    # the cell log (cells.py) as JSON, written as its own blob so a resume can rebuild
+    cells: bytes | None = None
 
     @property
     def total_bytes(self) -> int:
@@ -295,7 +297,8 @@ def _write(plan: Plan, store: Store, progress, verify: bool, before_reuse, stagi
 
 
 def _blobs_of(plan: Plan, staging: Staging | None) -> tuple[list[_Blob], dict]:
-    """Every blob of the plan in manifest order: storages, arrays, then the pickle stream."""
+    """Every blob of the plan in manifest order: storages, arrays, the cell log, then the
+    pickle stream (last: ``_describe`` finds it there)."""
     import_np = sys.modules.get("numpy")
     blobs = []
     for s in plan.refs.storages:
@@ -309,6 +312,8 @@ def _blobs_of(plan: Plan, staging: Staging | None) -> tuple[list[_Blob], dict]:
     ):
         obj["offset"], obj["length"] = offset, len(seg)
         offset += len(seg)
+    if plan.cells is not None:
+        blobs.append(_Blob(BufferSource(plan.cells), "cells", {}))
     stream = b"".join(plan.segments)
     blobs.append(_Blob(BufferSource(stream), "pickle", {}))
     return blobs, {"bytes": len(stream)}
@@ -325,7 +330,9 @@ def _describe(plan: Plan, blobs: list[_Blob], pickle_meta: dict, described, new_
         order = "F" if a.flags.f_contiguous and not a.flags.c_contiguous else "C"
         shape = list(a.shape)
         arrays.append({"blob": b.h, "dtype": b.extra["dtype"], "shape": shape, "order": order})
+    cells = next(({"blob": b.h, "bytes": b.src.nbytes} for b in blobs if b.kind == "cells"), None)
     return {
+        **({"cells": cells} if cells else {}),
         "objects": plan.objects,
         "skipped": plan.skipped,
         "storages": storages,

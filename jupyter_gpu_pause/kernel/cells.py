@@ -51,6 +51,7 @@ MAX_CELLS = 2000
 MAX_CELL_CHARS = 64 * 1024
 MAX_TOTAL_CHARS = 8 * 1024 * 1024
 VERSION = 1
+NO_RERUN_TAG = "gp-no-rerun"  # a notebook cell tag: never re-run this cell (like the comment)
 
 _FIELDS = {
     "n": (int, type(None)),

@@ -219,6 +219,8 @@ class GpuPauseApp(ExtensionApp, GpuPauseSettings):
                 capture=self.capture,
                 max_checkpoint_bytes=self.max_checkpoint_bytes,
                 verify=self.verify_blobs,
+                rebuild=self.rebuild,
+                rebuild_auto_seconds=self.rebuild_auto_seconds,
             ),
             log=self.log,
             kernel_use=tracker,

@@ -150,6 +150,7 @@ def build_manifest(
         "arrays": capture["arrays"],
         "registered": capture.get("registered", []),
         "pickle": capture["pickle"],
+        **({"cells": capture["cells"]} if capture.get("cells") is not None else {}),
         "blobs": blobs,
         "totals": {
             "bytes": sum(int(b["bytes"]) for b in blobs.values()),

@@ -13,7 +13,7 @@ import re
 
 from .integrity import HASH_RE
 
-BLOB_KINDS = ("tensor", "buffer", "pickle")
+BLOB_KINDS = ("tensor", "buffer", "pickle", "cells")
 OBJECT_KINDS = ("pickle", "module", "hooks")
 HOOKS_OBJECT = "__jupyter_gpu_pause_hooks__"
 MAX_TEXT = 2000  # longest name, reason or dtype we accept (a reason is one sentence)
@@ -145,6 +145,11 @@ def check_content(doc: dict) -> None:
             _count(n, f"{where} shape")
         if a.get("order") not in ("C", "F"):
             _fail(where, f"has an invalid order {a.get('order')!r:.20}")
+    if doc.get("cells") is not None:  # the cell log, JSON (kernel/cells.py)
+        cells = _dict(doc["cells"], "cells")
+        meta = _ref(cells.get("blob"), blobs, "cells", used)
+        if _count(cells.get("bytes"), "cells bytes") != meta["bytes"] or meta["kind"] != "cells":
+            _fail("cells", "does not match its blob")
     pickle = _dict(doc.get("pickle"), "pickle")
     meta = _ref(pickle.get("blob"), blobs, "pickle", used)
     stream = _count(pickle.get("bytes"), "pickle bytes")

@@ -343,7 +343,9 @@ export type EventType =
   | 'recovered'
   | 'discarded'
   | 'server_stop'
-  | 'server_stop_failed';
+  | 'server_stop_failed'
+  | 'rebuilt'
+  | 'rebuild_failed';
 
 /**
  * A lifecycle event, as listed by `GET events`.

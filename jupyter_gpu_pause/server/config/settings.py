@@ -146,6 +146,27 @@ class GpuPauseSettings(HasTraits):
         "variable is saved best effort; 'registered': only registered names are saved.",
     ).tag(config=True)
 
+    rebuild = Enum(
+        ["ask", "auto", "never"],
+        default_value="ask",
+        help="What a resume does with the variables its checkpoint did not bring back (they "
+        "could not be saved, or did not restore) when the recorded cells that made them can "
+        "be re-run: 'ask' (default) shows the plan (which cells, their recorded run time) in "
+        "the resume report, the Lab notification and the 'resumed' event, and re-runs it when "
+        "someone asks (Lab, gp.rebuild(), POST sessions/{id}/rebuild, jupyter gpu-pause "
+        "rebuild); 'auto' also re-runs it at once, without asking, when its recorded run "
+        "time is under rebuild_auto_seconds and it needs no confirmation; 'never' offers no "
+        "plan and refuses a rebuild. Re-run cells never change what was restored. See "
+        "docs/rebuild.md.",
+    ).tag(config=True)
+
+    rebuild_auto_seconds = Float(
+        5.0,
+        help="With rebuild = 'auto': the longest recorded run time, in seconds, of a plan "
+        "re-run without asking (a plan with a cell of unknown run time always asks). "
+        "Default: 5. Must be >= 0.",
+    ).tag(config=True)
+
     max_checkpoint_bytes = Int(
         0,
         help="Refuse checkpoints larger than this many bytes, with a clear message. "
@@ -369,7 +390,11 @@ class GpuPauseSettings(HasTraits):
         return proposal["value"]
 
     @validate(
-        "gpu_hold_alarm_hours", "max_checkpoint_bytes", "resume_timeout", "store_rescan_interval"
+        "gpu_hold_alarm_hours",
+        "max_checkpoint_bytes",
+        "resume_timeout",
+        "store_rescan_interval",
+        "rebuild_auto_seconds",
     )
     def _not_negative(self, proposal):
         return not_negative(self, proposal, " (0 turns it off)")

@@ -16,10 +16,12 @@ import shutil
 from collections.abc import Callable
 
 from jupyter_client.asynchronous import AsyncKernelClient
+from jupyter_core.utils import ensure_async
 
 from ... import __version__
 from ...kernel import capability
 from ...kernel.agent import CODE, MIME_PROGRESS, MIME_RESULT, PROTOCOL, REQUEST_KEY
+from ...kernel.cells import NO_RERUN_TAG
 from ..state.errors import AgentFailed, GpuPauseError, KernelDied, WrongState
 
 WATCH_INTERVAL = 0.5
@@ -160,6 +162,8 @@ def _progress(data) -> dict | None:
     if not isinstance(done, int) or not (total is None or isinstance(total, int)):
         return None
     out = {"phase": data["phase"][:40], "done_bytes": done, "total_bytes": total}
+    if data.get("unit") == "cells":  # a rebuild counts cells, not bytes
+        out["unit"] = "cells"
     packages = data.get("packages")  # the capture's, for a warm kernel: top-level names only
     if isinstance(packages, list):
         out["packages"] = [
@@ -425,6 +429,22 @@ class KernelBridge:
         Jupyter's session variables and the capacity grant's (a warm kernel takes them on)."""
         full = {**self.sm.get_kernel_env(path, name or None), **env}
         return {k: v for k, v in full.items() if os.environ.get(k) != v}
+
+    async def no_rerun_cells(self, path: str) -> list[str]:
+        """Ids of the notebook's cells tagged ``gp-no-rerun`` as saved on disk, which a rebuild
+        never re-runs; none when the file is not a notebook or cannot be read."""
+        try:
+            cm = self.sm.contents_manager
+            model = await ensure_async(cm.get(path, content=True, type="notebook"))
+            nb_cells = model["content"]["cells"]
+        except Exception as e:  # a console, a deleted or unreadable file: no tags to honour
+            self.log.debug("jupyter_gpu_pause: no cell tags read from %s: %r", path, e)
+            return []
+        return [
+            str(c["id"])
+            for c in nb_cells
+            if c.get("id") and NO_RERUN_TAG in (c.get("metadata", {}).get("tags") or [])
+        ]
 
     def os_folder(self, cwd: str) -> str:
         """The folder on disk a kernel started in ``cwd`` (an API path) would run in."""

@@ -89,6 +89,9 @@ class ResumeContext:
     restore_slots: RestoreSlots
     resume_timeout: float  # seconds in line before a resume gives up (0: never)
     gpu_session: Callable[[Session], bool]
+    # a resume whose restore report offers a rebuild that rebuild = "auto" runs unasked
+    # hands it over (``Lifecycle.auto_rebuild``): it starts once the resume has ended
+    auto_rebuild: Callable[[Session], None] | None = None
 
 
 @dataclass(frozen=True)

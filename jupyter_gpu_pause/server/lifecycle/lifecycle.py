@@ -35,6 +35,7 @@ from .context import (
 )
 from .operations import DEVICES, Op, Operations, PauseSettings
 from .pause import Pause
+from .rebuild import Rebuild, read_result, tell
 from .recovery import Recovery
 from .resume import Resume, ResumeOptions
 from .sessions import SessionTable
@@ -112,7 +113,7 @@ class Lifecycle:
         )  # fmt: skip
         self._resume_ctx = ResumeContext(
             bridge, self.table, checkpoints, self.capacity, settings, log, self.warm,
-            self.restore_slots, resume_timeout, self.gpu_session,
+            self.restore_slots, resume_timeout, self.gpu_session, self.auto_rebuild,
         )  # fmt: skip
         self._check_ctx = CheckContext(
             bridge, settings, self.ops, self.user_cell_running, self.require_agent
@@ -347,6 +348,11 @@ class Lifecycle:
             op = await self._settled(s)
             if (op and op.kind == "pause") or (s.state == "paused" and not op):
                 return s  # join the running pause / already paused
+            if op and op.kind == "rebuild":
+                raise WrongState(
+                    "cannot pause while a rebuild re-runs cells; pause again once it has ended",
+                    "rebuilding",
+                )
             if op or s.state not in RUNNING:
                 raise WrongState(f"cannot pause: the session is {s.state}")
             self.require_agent(s, "pause")
@@ -412,6 +418,82 @@ class Lifecycle:
         await self.table.record_event(
             s, EventType.DISCARDED, "user", delete_checkpoints=delete_checkpoints
         )
+
+    # -- rebuild -------------------------------------------------------------------------------
+    async def rebuild(
+        self,
+        session_id: str,
+        names: list[str] | None = None,
+        confirm: bool = False,
+        reason: str = "user",
+    ) -> Session:
+        """Start (or join) a rebuild of what the last resume did not bring back; returns at
+        once, the session ``active`` with per-cell ``progress`` (``rebuild.py``)."""
+        if names is not None and (
+            not isinstance(names, list)
+            or not all(isinstance(n, str) and n.isidentifier() for n in names)
+        ):
+            raise BadRequest("names must be a list of variable names", "bad-names")
+        if not isinstance(confirm, bool):
+            raise BadRequest("confirm must be true or false", "bad-confirm")
+        async with self._admission:
+            s = self.table.get(session_id)
+            if self.settings.rebuild == "never":
+                raise WrongState(
+                    "rebuilding is turned off on this server (c.GpuPauseApp.rebuild = 'never')",
+                    "rebuild-off",
+                )
+            op = await self._settled(s)
+            if op and op.kind == "rebuild":
+                return s
+            if op or s.state not in RUNNING:
+                raise WrongState(f"cannot rebuild: the session is {s.state}")
+            offer = (s.restore or {}).get("rebuild")
+            if not offer or not offer["names"]:
+                why = "; ".join(
+                    f"{u['name']}: {u['reason']}" for u in (offer or {}).get("unbuildable", [])
+                )
+                raise WrongState(
+                    "nothing to rebuild: " + (why or "the last resume brought every variable back"),
+                    "nothing-to-rebuild",
+                )
+            unknown = [n for n in names or [] if n not in offer["names"]]
+            if unknown:
+                raise BadRequest(
+                    f"not in the rebuild plan: {', '.join(unknown)} (it offers "
+                    f"{', '.join(offer['names'])})",
+                    "bad-names",
+                )
+            self.require_agent(s, "rebuild")
+            op = Op("rebuild", s, kernel_id=s.kernel_id, reason=reason)
+            rebuild = Rebuild(self._resume_ctx, s, op, names, confirm)
+            rebuild.begin()
+            await self.table.persist(s)
+            self.ops.start(op, rebuild.run())
+            return s
+
+    async def rebuilt_in_kernel(self, s: Session, result: dict) -> None:
+        """``gp.rebuild()`` ran in the session's kernel: record what it says came back (the
+        kernel speaks for its own session only: its capability proved which one)."""
+        try:
+            offer, plan = read_result(result)
+        except GpuPauseError as e:
+            raise BadRequest(e.message, "bad-rebuild-result") from None
+        await tell(self._resume_ctx, s, "kernel", result, offer, plan)
+
+    def auto_rebuild(self, s: Session) -> None:
+        """``rebuild = "auto"``: rebuild once the resume that offered it has ended."""
+        resume = self.ops.get(s.id)
+
+        async def later():
+            if resume is not None and resume.task is not None:
+                await asyncio.wait([resume.task])
+            try:
+                await self.rebuild(s.id, reason="auto")
+            except GpuPauseError as e:  # the session moved on (paused, or a cell changed it)
+                self.log.info("jupyter_gpu_pause: no automatic rebuild of %s: %s", s.path, e)
+
+        asyncio.ensure_future(later())
 
     # -- resume --------------------------------------------------------------------------------
     async def resume(

@@ -32,11 +32,13 @@ class PauseSettings:
     capture: str = "namespace"
     max_checkpoint_bytes: int = 0
     verify: bool = True
+    rebuild: str = "ask"  # what a resume does with names it did not bring back (rebuild.py)
+    rebuild_auto_seconds: float = 5.0
 
 
 @dataclass
 class Op:
-    kind: str  # "pause" | "resume"
+    kind: str  # "pause" | "resume" | "rebuild"
     session: Session
     kernel_id: str | None = None  # pause: the kernel paused; resume: the kernel restored into
     reason: str = "user"  # who asked: "user" or "policy:<name>", for the events

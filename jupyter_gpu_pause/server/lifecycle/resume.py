@@ -24,6 +24,7 @@ from ..state.model import Session
 from .clock import PhaseClock
 from .context import ResumeContext, progress_into
 from .operations import Op
+from .rebuild import auto_runs, check_offer
 
 NONE_VALID = "no checkpoint of this session passed verification"
 MAX_FALLBACKS = 4  # older checkpoints an object that cannot be restored may come from
@@ -89,6 +90,12 @@ def check_restore_report(report: dict) -> dict:
             for x in items
         )
 
+    if "rebuild" in report and report["rebuild"] is not None:
+        report["rebuild"] = check_offer(report["rebuild"])
+        if report["rebuild"] is None:
+            raise AgentFailed(
+                "the kernel's agent sent a rebuild plan the server cannot read", "bad-agent-reply"
+            )
     if not (
         fallbacks(report.get("fallback", []))
         and names(report.get("restored"))
@@ -218,6 +225,8 @@ class Resume:
                         "device": device,
                         "fallbacks": fallbacks,
                         "only_if_unused": self.options.adopt,
+                        "rebuild": ctx.settings.rebuild,
+                        "no_rerun_ids": await ctx.bridge.no_rerun_cells(self.s.path),
                         **become,
                     },
                     # the agent reads every blob first: its last "reading" progress ends that
@@ -423,6 +432,9 @@ class Resume:
             + (f"; not restored: {', '.join(f['name'] for f in failed)}" if failed else "")
             + (f"; {len(self.refused)} newer checkpoint(s) refused" if self.refused else "")
         )
+        offer = report.get("rebuild")
+        if offer and offer["text"]:
+            s.message += f". Rebuild {offer['text']}"
         await ctx.table.persist(s)
         await ctx.table.record_event(
             s,
@@ -436,11 +448,16 @@ class Resume:
             refused=self.refused,
             device=s.device,
             devices=grant.devices,
+            rebuild=offer,
             waited_seconds=round(self.waited, 3),
             granted_at=iso(self.granted_at) if self.granted_at else None,
             message=s.message,
             **timings,
         )
+        settings = ctx.settings
+        if settings.rebuild == "auto" and auto_runs(offer, settings.rebuild_auto_seconds):
+            if ctx.auto_rebuild is not None:
+                ctx.auto_rebuild(s)
 
     async def _cancelled(self) -> None:
         s = self.s

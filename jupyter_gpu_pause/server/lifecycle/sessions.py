@@ -104,6 +104,7 @@ class SessionTable:
         # (or still on JupyterLab's temporary one), waiting for its resume; no row of their own
         self.waiting_kernels: dict[str, str] = {}
         self._refreshing = asyncio.Lock()
+        self._cell_logs: set[asyncio.Future] = set()  # "track" requests in flight
 
     def __iter__(self):
         return iter(list(self.sessions.values()))
@@ -157,6 +158,7 @@ class SessionTable:
             self.sessions[s.id] = s
             by_kernel[kid] = s  # (a kernel in two Jupyter sessions: Lab's renaming) one row
             await self.records.save(s)
+            self._start_cell_log(s)
         self.waiting_kernels = waiting
         for kid in waiting:  # its first cell makes it a session: watch it from now on
             self.kernel_use.watch(kid)
@@ -167,6 +169,22 @@ class SessionTable:
                 and not self.bridge.is_running(s.kernel_id)
             ):
                 await self.kernel_gone(s)
+
+    def _start_cell_log(self, s: Session) -> None:
+        """Have a new kernel record its cells from now on (``kernel/cells.py``): a resume can
+        then rebuild what its checkpoint could not hold, knowing each cell's run time. Cells
+        run before this are still recorded, without their run time."""
+        if self.bridge.language(s.kernel_name) != "python":
+            return
+
+        async def ask(kernel_id: str) -> None:
+            try:
+                await self.bridge.run_agent(kernel_id, "track", {})
+            except Exception as e:  # gone already, another environment: its first pause says
+                self.log.debug("jupyter_gpu_pause: no cell log in kernel %s: %r", kernel_id, e)
+
+        self._cell_logs.add(task := asyncio.ensure_future(ask(s.kernel_id)))
+        task.add_done_callback(self._cell_logs.discard)
 
     def _waits(self, kid: str, paths: list[str], comeback: set[str]) -> bool:
         """A kernel that ran nothing, opened for a paused notebook (or not yet renamed from

@@ -36,10 +36,13 @@ class EventType(StrEnum):
     DISCARDED = "discarded"  # a user discarded the session
     SERVER_STOP = "server_stop"  # every GPU session is paused: the server asks the Hub to stop it
     SERVER_STOP_FAILED = "server_stop_failed"  # the Hub did not stop the server
+    REBUILT = "rebuilt"  # re-run cells made names the resume did not bring back
+    REBUILD_FAILED = "rebuild_failed"  # a rebuild stopped (a cell raised) or asks to confirm
 
     @classmethod
     def failed(cls, operation: str) -> EventType:
-        """The failure of ``operation`` (``pause``, ``resume``, ``cull``): ``pause_failed``…
+        """The failure of ``operation`` (``pause``, ``resume``, ``cull``, ``rebuild``):
+        ``pause_failed``…
 
         Raises ``ValueError`` for an operation without a failure type, rather than record a
         type the schema would refuse."""

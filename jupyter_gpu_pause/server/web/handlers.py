@@ -187,6 +187,18 @@ class ResumeHandler(BaseHandler):
         self.send(self.lifecycle.view(s), 202)
 
 
+class RebuildHandler(BaseHandler):
+    """Re-run the recorded cells that make what the last resume did not bring back."""
+
+    @api
+    async def post(self, session_id):
+        b = self.body({"names": list, "confirm": bool})
+        s = await self.lifecycle.rebuild(
+            session_id, names=b.get("names"), confirm=bool(b.get("confirm"))
+        )
+        self.send(self.lifecycle.view(s), 202)
+
+
 class CheckHandler(BaseHandler):
     """Dry run of a pause: what would be saved and what could not be, changing nothing."""
 
@@ -322,6 +334,18 @@ class KernelPauseHandler(KernelHandler):
         self.send(self.lifecycle.view(s), 202)
 
 
+class KernelRebuiltHandler(KernelHandler):
+    """``gp.rebuild()`` ran in a cell: the kernel tells its session what came back."""
+
+    @kernel_api
+    async def post(self):
+        kernel_id = self.kernel_id()
+        b = self.body({"result": dict})
+        s = await self.lifecycle.kernel_session(kernel_id)
+        await self.lifecycle.rebuilt_in_kernel(s, b.get("result") or {})
+        self.send(self.lifecycle.view(s))
+
+
 class UnknownHandler(BaseHandler):
     """Anything else under the prefix: a JSON 404 naming the path (after authentication)."""
 
@@ -342,6 +366,7 @@ def handlers() -> list[tuple[str, type]]:
         (rf"{base}/sessions/{SID}/resume", ResumeHandler),
         (rf"{base}/sessions/{SID}/cancel", CancelHandler),
         (rf"{base}/sessions/{SID}/check", CheckHandler),
+        (rf"{base}/sessions/{SID}/rebuild", RebuildHandler),
         (rf"{base}/sessions/{SID}/keepalive", KeepaliveHandler),
         (rf"{base}/sessions/{SID}/checkpoints", CheckpointsHandler),
         (rf"{base}/policies", PoliciesHandler),
@@ -351,5 +376,6 @@ def handlers() -> list[tuple[str, type]]:
         (rf"{base}/store/gc", StoreGcHandler),
         (rf"{base}/kernel/session", KernelSessionHandler),
         (rf"{base}/kernel/pause", KernelPauseHandler),
+        (rf"{base}/kernel/rebuilt", KernelRebuiltHandler),
         (rf"{base}(?:/.*)?", UnknownHandler),
     ]

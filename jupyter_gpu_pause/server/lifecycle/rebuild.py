@@ -1,0 +1,197 @@
+"""One rebuild: re-run, in the session's kernel, the recorded cells that make the variables the
+resume did not bring back (``kernel/rerun.py`` runs them; docs/rebuild.md).
+
+The session stays ``active`` throughout: its kernel runs, only busy with the re-run. Progress
+is per cell (``progress.unit == "cells"``). The outcome is one event: ``rebuilt`` with what
+came back, or ``rebuild_failed`` with the failing cell (nothing was written back) or with what
+needs confirming before anything runs. The restore report's ``rebuild`` is replaced by what is
+still missing afterwards, so the UI never offers what is already back.
+"""
+
+from __future__ import annotations
+
+from ..state.errors import GpuPauseError, failure
+from ..state.event_types import EventType
+from ..state.model import Session
+from .context import ResumeContext, progress_into
+from .operations import Op
+
+MAX_CODE = 200  # characters of a cell's first line kept in the session and events
+
+
+def _count(x) -> bool:
+    return x is None or (isinstance(x, int) and not isinstance(x, bool))
+
+
+def _number(x) -> bool:
+    return x is None or (isinstance(x, int | float) and not isinstance(x, bool))
+
+
+def _text(x) -> bool:
+    return x is None or isinstance(x, str)
+
+
+def _pairs(items, second: str) -> bool:
+    return isinstance(items, list) and all(
+        isinstance(i, dict) and isinstance(i.get("name"), str) and isinstance(i.get(second), str)
+        for i in items
+    )
+
+
+def check_offer(offer) -> dict | None:
+    """A ``rebuild`` plan from the agent, trimmed, or None when it is not one: the server keeps
+    and shows it, so only the fields of DESIGN §12 (plus ``unbuildable``, ``text``,
+    ``problem``) pass."""
+    if not isinstance(offer, dict):
+        return None
+    names, cells = offer.get("names"), offer.get("cells")
+    if not (isinstance(names, list) and all(isinstance(n, str) for n in names)):
+        return None
+    if not isinstance(cells, list) or not all(
+        isinstance(c, dict)
+        and _count(c.get("execution_count"))
+        and _number(c.get("seconds"))
+        and isinstance(c.get("code", ""), str)
+        for c in cells
+    ):
+        return None
+    unbuildable = offer.get("unbuildable", [])
+    if not (_number(offer.get("seconds")) and _pairs(unbuildable, "reason")):
+        return None
+    if not (_text(offer.get("text")) and _text(offer.get("problem"))):
+        return None
+    return {
+        "names": names,
+        "cells": [
+            {
+                "execution_count": c.get("execution_count"),
+                "seconds": c.get("seconds"),
+                "code": c.get("code", "")[:MAX_CODE],
+            }
+            for c in cells
+        ],
+        "seconds": offer.get("seconds"),
+        "unbuildable": [{"name": u["name"], "reason": u["reason"]} for u in unbuildable],
+        "text": offer.get("text"),
+        "problem": offer.get("problem"),
+    }
+
+
+def auto_runs(offer: dict | None, limit: float) -> bool:
+    """``rebuild = "auto"`` re-runs this plan unasked: it makes something, every cell's run
+    time is known and the total is under ``limit`` seconds."""
+    return bool(offer and offer["names"] and offer["seconds"] is not None) and (
+        offer["seconds"] < limit
+    )
+
+
+def _cells_text(cells: list[dict]) -> str:
+    labels = [f"[{c['execution_count']}]" if c["execution_count"] else "?" for c in cells]
+    return ", ".join(labels)
+
+
+class Rebuild:
+    def __init__(
+        self, ctx: ResumeContext, s: Session, op: Op, names: list[str] | None, confirm: bool
+    ):
+        self.ctx, self.s, self.op = ctx, s, op
+        self.names, self.confirm = names, confirm
+        op.control = self
+
+    def begin(self) -> None:
+        s = self.s
+        offer = (s.restore or {}).get("rebuild") or {}
+        cells = offer.get("cells") or []
+        s.message = f"Rebuilding: re-running cells {_cells_text(cells)}" if cells else "Rebuilding"
+        s.progress = {"phase": "rebuilding", "done_bytes": 0, "total_bytes": len(cells)}
+        s.progress["unit"] = "cells"
+
+    async def run(self) -> None:
+        s, ctx = self.s, self.ctx
+        try:
+            no_rerun = await ctx.bridge.no_rerun_cells(s.path)
+            result = await ctx.bridge.run_agent(
+                s.kernel_id,
+                "rebuild",
+                {"names": self.names, "confirm": self.confirm, "no_rerun_ids": no_rerun},
+                progress_into(s),
+            )
+            offer, plan = read_result(result)
+        except Exception as e:
+            s.progress = None
+            reason, text = failure(e)
+            s.message = f"Rebuild failed: {text}"
+            await ctx.table.persist(s)
+            await ctx.table.record_event(
+                s, EventType.REBUILD_FAILED, self.op.reason, message=text, error_reason=reason
+            )
+            return
+        s.progress = None
+        await tell(ctx, s, self.op.reason, result, offer, plan)
+
+
+def read_result(result) -> tuple[dict | None, dict]:
+    """(what is still to rebuild, the plan that ran) of a rebuild result from the kernel."""
+    if not isinstance(result, dict):
+        result = {}
+    offer = check_offer(result.get("offer")) if result.get("offer") else None
+    plan = check_offer(result.get("plan"))
+    if plan is None or (result.get("offer") and offer is None):
+        raise GpuPauseError(
+            "the kernel's agent sent a rebuild result the server cannot read", "bad-agent-reply"
+        )
+    return offer, plan
+
+
+async def tell(ctx, s: Session, by: str, result: dict, offer: dict | None, plan: dict) -> None:
+    """The outcome of a rebuild on the session (its message, what is still to rebuild) and
+    as one event: ``by`` the user, ``auto``, or ``kernel`` (``gp.rebuild()`` in a cell)."""
+    if s.restore is not None:
+        s.restore = {**s.restore, "rebuild": offer}
+    failed = result.get("failed") if isinstance(result.get("failed"), dict) else None
+    shared = result.get("shared") if _pairs(result.get("shared"), "reason") else []
+    rebuilt = [n for n in result.get("rebuilt") or [] if isinstance(n, str)]
+    left = "; ".join(f"{u['name']}: {u['reason']}" for u in plan["unbuildable"])
+    if result.get("needs_confirm"):
+        why = "; ".join(f"{x['name']}: {x['reason']}" for x in shared)
+        s.message = (
+            f"Rebuild not run: re-running cells {_cells_text(plan['cells'])} could change "
+            f"restored objects ({why}). Confirm to re-run anyway"
+        )
+        detail = {"error_reason": "needs-confirm", "shared": shared, "plan": plan}
+        event = EventType.REBUILD_FAILED
+    elif failed is not None:
+        where = failed.get("execution_count")
+        code = str(failed.get("code") or "")[:MAX_CODE]
+        error = str(failed.get("error") or "")[:2000]
+        s.message = f"Rebuild stopped at cell [{where}] ({code}): {error}. Nothing was changed"
+        detail = {
+            "error_reason": "cell-failed",
+            "failed": {"execution_count": where, "code": code, "error": error},
+            "plan": plan,
+        }
+        event = EventType.REBUILD_FAILED
+    elif rebuilt:
+        seconds = result.get("seconds")
+        took = f" in {seconds:.2f} s" if isinstance(seconds, int | float) else ""
+        s.message = (
+            f"Rebuilt {', '.join(rebuilt)} by re-running cells {_cells_text(plan['cells'])}"
+            + took
+            + (f"; cannot rebuild {left}" if left else "")
+        )
+        detail = {
+            "names": rebuilt,
+            "cells": [
+                {"execution_count": c["execution_count"], "seconds": c["seconds"]}
+                for c in plan["cells"]
+            ],
+            "seconds": seconds,
+            "copy_bytes": result.get("copy_bytes") or 0,
+        }
+        event = EventType.REBUILT
+    else:
+        s.message = "Nothing to rebuild" + (f": cannot rebuild {left}" if left else "")
+        await ctx.table.persist(s)
+        return
+    await ctx.table.persist(s)
+    await ctx.table.record_event(s, event, by, message=s.message, **detail)
