@@ -20,7 +20,9 @@ DEMO = [
     "import hashlib",
     "data = list(range(100))",
     "model = {'w': 0}",
-    "batches = (data[i:i + 10] for i in range(0, 100, 10))\nfor b in [data]:\n    model['w'] += sum(b)",
+    "batches = (data[i:i + 10] for i in range(0, 100, 10))\n"
+    "for b in [data]:\n"
+    "    model['w'] += sum(b)",
     "h = hashlib.sha256(b'abc')",
 ]
 
