@@ -223,7 +223,7 @@ class SegmentPickler:
 
     def packages(self) -> list[str]:
         """The top-level packages the pickled classes come from (``torch``, ``pandas``): what
-        a warm kernel imports ahead of a restore (``server/lifecycle/spares.py``)."""
+        a warm kernel imports ahead of a restore (``server/kernels/spares.py``)."""
         roots = {m.split(".", 1)[0] for m in self._pickler.modules if isinstance(m, str)}
         return sorted(
             r

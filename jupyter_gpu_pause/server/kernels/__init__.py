@@ -2,7 +2,7 @@
 
 ``bridge`` (``KernelBridge``: start, shut down, run the agent, on jupyter_server's own kernel
 manager), ``gateway`` and ``gateway_channels`` (the same for kernels on a Jupyter Enterprise
-Gateway, with per-kernel keys).
+Gateway, with per-kernel keys), ``spares`` (warm kernels started ahead of a resume).
 
 Imports ``config``, ``state`` and ``capacity`` (GPU probes of remote kernels).
 """

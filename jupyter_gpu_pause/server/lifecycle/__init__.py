@@ -2,8 +2,9 @@
 
 ``lifecycle`` (the service the handlers, monitor and integrations call), ``operations`` (one
 operation per session at a time, and the net under it), ``pause``, ``resume``, ``check`` (the
-dry run), ``recovery`` (sessions the store lost or gave back), ``sessions`` (the session table),
-``slots`` (restore concurrency), ``spares`` (warm kernels) and ``clock`` (phase timings).
+dry run), ``rebuild`` (re-running the cells that make what a resume did not bring back),
+``recovery`` (sessions the store lost or gave back), ``sessions`` (the session table) and
+``slots`` (restore concurrency).
 
 Imports ``config``, ``state``, ``capacity`` and ``kernels``; never ``telemetry``: metrics and
 webhooks listen to the events this room records.

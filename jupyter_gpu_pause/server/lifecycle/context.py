@@ -22,12 +22,12 @@ from ..state.model import Session
 if TYPE_CHECKING:
     from ..capacity import Capacity
     from ..kernels.bridge import KernelBridge
+    from ..kernels.spares import WarmKernels
     from ..state.checkpoints import Checkpoints
     from ..state.records import Records
     from .operations import Operations, PauseSettings
     from .sessions import SessionTable
     from .slots import RestoreSlots
-    from .spares import WarmKernels
 
 
 class StoreUpkeep(Protocol):

@@ -16,6 +16,7 @@ from ...store.format import check_checkpoint_id, iso
 from ..capacity import Capacity, CapacityProvider, CapacityQueue
 from ..capacity.gpu_sessions import holders, is_gpu_session
 from ..kernels.bridge import KernelBridge
+from ..kernels.spares import WarmKernels
 from ..state.checkpoints import Checkpoints
 from ..state.errors import BadRequest, GpuPauseError, NotFound, Unavailable, WrongState
 from ..state.event_types import EventType
@@ -40,7 +41,6 @@ from .recovery import Recovery
 from .resume import Resume, ResumeOptions
 from .sessions import SessionTable
 from .slots import RestoreSlots
-from .spares import WarmKernels
 
 STOP_GRACE = 15.0  # seconds a stopping server waits for in-flight operations
 STARTUP_WAIT = 30.0  # seconds a request waits for the records to load before a 503

@@ -15,11 +15,11 @@ from ...store.format import new_checkpoint_id
 from ...store.schema import check_capture
 from ...units import count_text, size_text
 from ..state.checkpoints import checkpoint_brief
+from ..state.clock import PhaseClock
 from ..state.errors import KernelDied, failure
 from ..state.event_types import EventType
 from ..state.model import Session, gpu_device_count
 from .check import unverified_of
-from .clock import PhaseClock
 from .context import PauseContext, progress_into
 from .operations import Op
 

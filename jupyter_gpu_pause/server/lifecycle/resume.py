@@ -18,10 +18,10 @@ from ...store.format import iso, utcnow
 from ...units import age_text, count_text
 from ..capacity import Grant
 from ..state.checkpoints import checkpoint_brief, gpu_bytes, gpu_bytes_per_device
+from ..state.clock import PhaseClock
 from ..state.errors import AgentFailed, GpuPauseError, failure
 from ..state.event_types import EventType
 from ..state.model import Session
-from .clock import PhaseClock
 from .context import ResumeContext, progress_into
 from .operations import Op
 from .rebuild import auto_runs, check_offer
