@@ -358,6 +358,146 @@ def test_tables_on_a_terminal_and_plain_lines_in_a_pipe(server, cli):
     assert "NOTEBOOK" not in piped.stdout
 
 
+def _resumed(server: Server, path: str, cells: list[str]) -> dict:
+    """A notebook that ran ``cells`` (each its own execution count), paused and resumed through
+    the REST API: the resumed Session, whose restore report offers to rebuild what the
+    checkpoint could not hold."""
+    s = server.open_notebook(path)
+    for code in cells:
+        server.run(s["kernel_id"], code)
+    server.pause(s["id"])
+    return server.resume(s["id"])
+
+
+def test_rebuild_shows_the_plan_reruns_its_cells_and_brings_a_hash_back(server, cli):
+    # Given a notebook that made two hash objects (no checkpoint can hold one), resumed: the
+    # module came back, the hashes did not
+    s = _resumed(
+        server,
+        "hashes.ipynb",
+        ["import hashlib", "h = hashlib.sha256(b'abc')", "m = hashlib.md5(b'x')"],
+    )
+    assert s["restore"]["rebuild"]["names"] == ["h", "m"]
+
+    # When a user rebuilds only `h`, by notebook path
+    one = cli("rebuild", "hashes.ipynb", "--names", "h")
+
+    # Then it shows the plan (what it makes, each cell with its first line), the start, and
+    # the outcome naming the cell it re-ran; exit 0, and `h` works in the kernel
+    assert one.returncode == 0, one.stderr
+    lines = one.stdout.splitlines()
+    assert lines[0].startswith("hashes.ipynb: rebuild `h`, `m`: re-run cells [2], [3] — ")
+    assert lines[1].startswith("  [2] h = hashlib.sha256(b'abc')  (")
+    assert lines[2].startswith("  [3] m = hashlib.md5(b'x')  (")
+    assert lines[3] == "  asked for h only: just the cells they need re-run"
+    assert lines[4] == "hashes.ipynb: rebuilding: cell 1"
+    assert lines[-1].startswith("hashes.ipynb: Rebuilt h by re-running cells [2] in ")
+    assert server.run(s["kernel_id"], "print(h.hexdigest()[:8], 'm' in globals())") == (
+        "ba7816bf False\n"
+    )
+
+    # When the user rebuilds the rest, as JSON
+    doc = as_json(cli("rebuild", s["id"][:13], "--json"))
+
+    # Then one document: the plan it ran, the `rebuilt` event, and the session offering nothing
+    assert doc["plan"]["names"] == ["m"]
+    assert (doc["event"]["type"], doc["event"]["detail"]["names"]) == ("rebuilt", ["m"])
+    assert doc["event"]["detail"]["cells"][0]["execution_count"] == 3
+    assert doc["session"]["id"] == s["id"] and doc["session"]["restore"]["rebuild"] is None
+    assert server.run(s["kernel_id"], "print(m.hexdigest()[:6])") == "9dd4e4\n"
+
+    # When the user asks again: exit 4 with the server's reason, and nothing on stdout
+    again = cli("rebuild", "hashes.ipynb")
+    assert again.returncode == 4 and again.stdout == ""
+    assert error_line(again).endswith(
+        "nothing to rebuild: the last resume brought every variable back"
+    )
+
+
+def test_rebuild_stopped_by_a_failing_cell_exits_1_naming_it_and_changes_nothing(server, cli):
+    # Given a resumed notebook whose lost generator reads a file deleted since
+    s = _resumed(
+        server,
+        "rows.ipynb",
+        ["open('rows.txt', 'w').write('1\\n2\\n')", "rows = (x for x in open('rows.txt'))"],
+    )
+    server.run(s["kernel_id"], "import os; os.remove('rows.txt'); kept = 2")
+
+    # When the user rebuilds it
+    result = cli("rebuild", "rows.ipynb")
+
+    # Then exit 1, one line naming the cell and the error; the plan was shown before
+    assert result.returncode == 1, (result.stdout, result.stderr)
+    assert error_line(result).startswith(
+        "jupyter gpu-pause: error: rows.ipynb: Rebuild stopped at cell [2] "
+        "(rows = (x for x in open('rows.txt'))): FileNotFoundError"
+    )
+    assert "Nothing was changed" in result.stderr
+    assert "  [2] rows = (x for x in open('rows.txt'))  (" in result.stdout
+    # And nothing was written back: the kernel is as it was, and the plan is still offered
+    assert server.run(s["kernel_id"], "print(kept, 'rows' in globals())") == "2 False\n"
+    assert server.sessions()[s["id"]]["restore"]["rebuild"]["names"] == ["rows"]
+
+
+def test_rebuild_that_would_share_a_restored_object_asks_for_yes(server, cli):
+    # Given a resumed notebook whose lost hash is made from a restored object that refuses
+    # to be copied (the re-run would have to use the restored object itself)
+    s = _resumed(
+        server,
+        "shared.ipynb",
+        [
+            "import hashlib\nclass NoCopy:\n    def __deepcopy__(self, memo):\n"
+            "        raise TypeError('no copies')",
+            "src = NoCopy()",
+            "h = hashlib.sha256(repr(type(src)).encode())",
+        ],
+    )
+
+    # When the user rebuilds it without --yes
+    asked = cli("rebuild", "shared.ipynb")
+
+    # Then nothing ran: exit 1, saying which object and how to confirm
+    assert asked.returncode == 1, (asked.stdout, asked.stderr)
+    error, reason = asked.stderr.splitlines()
+    assert "shared.ipynb: rebuild not run" in error
+    assert error.endswith("to re-run anyway: jupyter gpu-pause rebuild shared.ipynb --yes")
+    assert reason.startswith("  src: it cannot be copied")
+    assert server.run(s["kernel_id"], "print('h' in globals())") == "False\n"
+
+    # When the user confirms, not waiting for the outcome
+    started = cli("rebuild", "shared.ipynb", "--yes", "--no-wait")
+
+    # Then it returns once the server has started it, and `h` comes back
+    assert started.returncode == 0, started.stderr
+    assert "shared.ipynb: Active. Rebuilding: re-running cells [3]" in started.stdout
+    server.wait_until(
+        lambda: server.sessions()[s["id"]]["restore"]["rebuild"] is None, "the rebuild's end"
+    )
+    assert server.run(s["kernel_id"], "print(h.name)") == "sha256\n"
+
+
+@pytest.mark.parametrize(
+    ("paused", "options", "code", "error"),
+    [
+        (False, (), 4, "nothing to rebuild: the last resume brought every variable back"),
+        (True, (), 4, "cannot rebuild: the session is paused"),
+        (False, ("--names", "h,1x"), 2, "--names: not a variable name: 1x"),
+    ],
+)
+def test_a_rebuild_refused_says_why_and_changes_nothing(server, cli, paused, options, code, error):
+    # Given a notebook never resumed, or paused
+    s = server.open_notebook(f"refused-{paused}-{len(options)}.ipynb")
+    server.run(s["kernel_id"], "x = 1")
+    if paused:
+        server.pause(s["id"])
+    # When the user asks for a rebuild
+    result = cli("rebuild", s["id"], *options)
+    # Then the documented exit code and the reason, in one line; the session is as it was
+    assert result.returncode == code and result.stdout == ""
+    assert error_line(result) == f"jupyter gpu-pause: error: {error}"
+    assert (server.sessions()[s["id"]]["state"] == "paused") is paused
+
+
 def _offline(tmp_path: Path, server: Server, cli) -> tuple[Path, dict]:
     """A copy of the server's store and signing key, and the shell of a user on a machine
     where no server runs, configured with that store the way the server is configured."""

@@ -19,6 +19,10 @@ SUBCOMMANDS = {
         "sessions.ResumeCommand",
         "Resume a paused session [--checkpoint C] [--cpu|--any] [--wait].",
     ),
+    "rebuild": (
+        "rebuild.RebuildCommand",
+        "Re-run the cells that make what a resume did not bring back [--names a,b] [--yes].",
+    ),
     "cancel": ("sessions.CancelCommand", "Cancel a pause in progress or a resume waiting."),
     "keepalive": ("sessions.KeepaliveCommand", "Keep a session from auto-pausing for a while."),
     "checkpoints": ("sessions.CheckpointsCommand", "List a session's checkpoints."),
@@ -50,6 +54,7 @@ class GpuPauseCli(JupyterApp):
 jupyter gpu-pause list
 jupyter gpu-pause pause exp/train.ipynb --wait
 jupyter gpu-pause resume 3f2a --cpu --wait
+jupyter gpu-pause rebuild exp/train.ipynb --names batches
 jupyter gpu-pause report --since 7d --json
 jupyter gpu-pause verify /srv/gpu-pause/store
 """

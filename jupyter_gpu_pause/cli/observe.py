@@ -28,7 +28,8 @@ def since_iso(text: str | None) -> str | None:
     return iso(datetime.now(timezone.utc) - timedelta(seconds=back))
 
 
-def _event_key(e: dict) -> str:
+def event_key(e: dict) -> str:
+    """One event told apart from every other (the records expose no sequence number)."""
     return f"{e['time']}|{e['session_id']}|{e['type']}|{e['reason']}|{sorted(e['detail'].items())}"
 
 
@@ -63,7 +64,7 @@ class EventsCommand(Command):
         seen: set[str] = set()
         for e in events:
             self._print(out, e)
-            seen.add(_event_key(e))
+            seen.add(event_key(e))
         if not self.follow:
             if not events:
                 out.note("no events")
@@ -74,8 +75,8 @@ class EventsCommand(Command):
                 since = events[-1]["time"] if events else since
                 events = client.get("events", since=since, session_id=sid)["events"] or events
                 for e in events:
-                    if _event_key(e) not in seen:
-                        seen.add(_event_key(e))
+                    if event_key(e) not in seen:
+                        seen.add(event_key(e))
                         self._print(out, e)
         except KeyboardInterrupt:
             return None  # the only way to end --follow: not a failure
