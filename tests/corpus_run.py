@@ -72,13 +72,27 @@ class Outcome:
 
 
 def rebuild_missing(server, session_id: str, names: list[str]) -> list[str]:
-    """The names brought back after the resume by re-running the cells that made them.
+    """The names brought back after the resume by re-running the cells that made them, as a
+    user does it: ``POST sessions/{id}/rebuild`` for those of ``names`` the resume offers, and
+    once more with ``confirm`` when the rebuild asks first (the Lab's "Re-run anyway")."""
+    offer = (server.session(session_id).get("restore") or {}).get("rebuild") or {}
+    wanted = sorted(set(names) & set(offer.get("names") or []))
+    if not wanted:
+        return []
+    for confirm in (False, True):
+        seen = len(server.events(session_id))
+        path = f"gpu-pause/api/sessions/{session_id}/rebuild"
+        server.ok("POST", path, {"names": wanted, "confirm": confirm}, expect=202)
 
-    HOOK: the rebuild endpoint, ``POST /gpu-pause/api/sessions/{id}/rebuild`` with
-    ``{"names": [...]}`` answering 202, is being built; once it exists, call it here, wait until
-    the session is running again and return the names it rebuilt. Until then nothing is rebuilt,
-    and every named case stays ``named``.
-    """
+        def outcome(seen=seen):
+            new = server.events(session_id)[seen:]
+            return next((e for e in new if e["type"] in ("rebuilt", "rebuild_failed")), None)
+
+        event = server.until(outcome, "a rebuild's outcome", timeout=300)
+        if event["type"] == "rebuilt":
+            return list(event["detail"]["names"])
+        if event["detail"].get("error_reason") != "needs-confirm":
+            return []
     return []
 
 
@@ -182,8 +196,9 @@ class CorpusRun:
         # Then: named ones are absent; the rest probe as the reference, and again after a modify
         missing = {n for names in named.values() for n in names if n not in present}
         brought = set(rebuild_missing(s, sub["id"], sorted(missing)))
-        if brought:
-            after_sub.update(self._each(self.sub, [(c.name, c.probe) for c in live]))
+        again = [c for c in live if set(named.get(c.name, {})) & brought]
+        if again:  # only those: a probe may draw from an RNG, and the reference probed once
+            after_sub.update(self._each(self.sub, [(c.name, c.probe) for c in again]))
         modify = [(c.name, c.modify + "\n" + c.probe) for c in live]
         mod_ref, mod_sub = self._both(self._each, modify)
         failed = {x["name"]: x["reason"] for x in self.restore.get("failed", [])}

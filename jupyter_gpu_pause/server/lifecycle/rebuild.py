@@ -103,7 +103,9 @@ class Rebuild:
         offer = (s.restore or {}).get("rebuild") or {}
         cells = offer.get("cells") or []
         s.message = f"Rebuilding: re-running cells {_cells_text(cells)}" if cells else "Rebuilding"
-        s.progress = {"phase": "rebuilding", "done_bytes": 0, "total_bytes": len(cells)}
+        # a plan for some names only is made in the kernel: its length is known from there
+        total = None if self.names else len(cells)
+        s.progress = {"phase": "rebuilding", "done_bytes": 0, "total_bytes": total}
         s.progress["unit"] = "cells"
 
     async def run(self) -> None:
