@@ -9,6 +9,7 @@ events, and the variables in the new kernel.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -248,3 +249,95 @@ async def test_gp_rebuild_in_a_cell_tells_the_session(lab):
     event = await wait_event(lab, s["id"], "rebuilt", "rebuild_failed")
     assert (event["type"], event["reason"]) == ("rebuilt", "kernel")
     assert (await lab.session(s["id"]))["restore"]["rebuild"] is None
+
+
+def demo_cells() -> list[str]:
+    """The demo notebook's cells up to its pause (which the test asks for through REST)."""
+    root = Path(__file__).resolve().parent.parent
+    nb = json.loads((root / "demo" / "pause_and_resume.ipynb").read_text())
+    code = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
+    return code[: next(i for i, c in enumerate(code) if "%gpu_pause pause" in c)]
+
+
+async def test_the_demo_notebooks_batches_come_back_and_its_model_is_not_trained_again(lab):
+    # Given the demo notebook run up to its pause: the cell that makes the generator `batches`
+    # also trains the model
+    s = await lab.open_notebook("demo.ipynb")
+    await run_cells(lab, s["kernel_id"], demo_cells())
+    state = "[round(sum(p.sum().item() for p in model.parameters()), 6), len(history), history[-1]]"
+    before = await values(lab, s["kernel_id"], state)
+    # When it is paused and resumed
+    resumed = await pause_resume(lab, s)
+    # Then the resume offers `batches`, made by re-running the training cell alone
+    plan = resumed["restore"]["rebuild"]
+    assert plan["names"] == ["batches"]
+    assert [c["execution_count"] for c in plan["cells"]] == [2]
+    assert plan["cells"][0]["code"] == "def train(steps):"
+    # When the user rebuilds it
+    assert (await lab.api("POST", f"sessions/{s['id']}/rebuild", {}))[0] == 202
+    event = await wait_event(lab, s["id"], "rebuilt", "rebuild_failed")
+    # Then `batches` is back from its start, and the restored model, optimizer and history are
+    # exactly as they were paused: the re-run trained copies, not them
+    assert event["type"] == "rebuilt", event
+    kid = resumed["kernel_id"]
+    assert await values(lab, kid, "next(batches)") == 0
+    assert await values(lab, kid, state) == before
+
+
+async def test_a_plan_that_would_share_a_restored_object_asks_first(lab):
+    # Given a lost generator over a restored object that cannot be copied
+    s = await lab.open_notebook()
+    await run_cells(
+        lab,
+        s["kernel_id"],
+        [
+            "class NoCopy:\n    def __deepcopy__(self, memo):\n        raise TypeError('no copies')\n"
+            "src = NoCopy()",
+            "g = (src for _ in range(2))",
+        ],
+    )
+    resumed = await pause_resume(lab, s)
+    kid = resumed["kernel_id"]
+    # When the rebuild is asked for without confirming
+    assert (await lab.api("POST", f"sessions/{s['id']}/rebuild", {}))[0] == 202
+    asked = await wait_event(lab, s["id"], "rebuilt", "rebuild_failed")
+    # Then nothing ran: it names what the re-run would share, and why
+    assert asked["detail"]["error_reason"] == "needs-confirm"
+    assert [x["name"] for x in asked["detail"]["shared"]] == ["src"]
+    assert "no copies" in asked["detail"]["shared"][0]["reason"]
+    assert "Confirm to re-run anyway" in (await lab.session(s["id"]))["message"]
+    assert await values(lab, kid, "'g' in globals()") is False
+    # When the user confirms
+    assert (await lab.api("POST", f"sessions/{s['id']}/rebuild", {"confirm": True}))[0] == 202
+
+    async def rebuilt():
+        return await lab.events(s["id"], "rebuilt")
+
+    await wait_for(rebuilt, timeout=60, what="the confirmed rebuild")
+    # Then `g` is back, yielding the restored object itself
+    assert await values(lab, kid, "next(g) is src") is True
+
+
+async def test_a_damaged_cell_log_costs_the_rebuild_only(lab, store_dir):
+    # Given a paused notebook whose checkpoint's cell log rotted in the store
+    s = await lab.open_notebook()
+    await run_cells(lab, s["kernel_id"], ["x = 7", "g = (i for i in range(3))"])
+    assert (await lab.api("POST", f"sessions/{s['id']}/pause"))[0] == 202
+    paused = await lab.wait_state(s["id"])
+    cid = paused["checkpoint"]["id"]
+    manifest = json.loads((store_dir / "v1" / "sessions" / s["id"] / f"{cid}.json").read_text())
+    # the log is its own blob, listed and signed with the rest
+    log = manifest["cells"]["blob"]
+    assert manifest["blobs"][log]["kind"] == "cells"
+    blob = store_dir / "v1" / "blobs" / log[:2] / log
+    assert json.loads(blob.read_bytes())["cells"]
+    blob.write_bytes(b" " * blob.stat().st_size)  # bit rot: the size holds, the hash does not
+    # When it is resumed
+    assert (await lab.api("POST", f"sessions/{s['id']}/resume"))[0] == 202
+    resumed = await lab.wait_state(s["id"])
+    # Then every object is restored, and the report says why `g` cannot be rebuilt
+    assert resumed["state"] in ("active", "idle"), resumed
+    assert resumed["restore"]["restored"] == ["x"]
+    plan = resumed["restore"]["rebuild"]
+    assert plan["names"] == [] and "cell log failed its check" in plan["problem"]
+    assert plan["unbuildable"] == [{"name": "g", "reason": plan["problem"]}]
