@@ -51,6 +51,26 @@ grows, scribbles, y = Grows(), Scribbles({path!r}), 3
 """
 
 
+@pytest.mark.gp_config(test_restore=False)
+async def test_with_the_test_restore_off_such_an_object_is_saved_but_named_unverified(lab):
+    # Given a server whose admin turned the test-restore off, and the same notebook
+    s = await lab.open_notebook()
+    await lab.run(s["kernel_id"], FRAGILE)
+    # When the Lab asks what a pause would save
+    code, body = await lab.api("POST", f"sessions/{s['id']}/check")
+    # Then the object is listed as saved, and named as not test-restored, saying why
+    assert code == 200, body
+    assert body["skipped"] == [] and "p" in {o["name"] for o in body["objects"]}
+    assert body["unverified"]["reason"] == (
+        "the test-restore is turned off on this server (test_restore = False)"
+    )
+    assert "p" in body["unverified"]["names"]
+    # And the pause saves it (its resume will say it did not restore)
+    assert (await lab.api("POST", f"sessions/{s['id']}/pause"))[0] == 202
+    paused = await lab.wait_state(s["id"])
+    assert paused["state"] == "paused" and paused["checkpoint"]["skipped"] == 0, paused
+
+
 async def test_an_object_that_does_not_unpickle_is_not_saved(lab):
     # Given a notebook holding an object that pickles but whose unpickling raises
     s = await lab.open_notebook()

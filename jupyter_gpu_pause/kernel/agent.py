@@ -167,11 +167,12 @@ def _store(params: dict) -> Store:
     return Store(params["store_url"], params.get("store_options") or {}, timeout=timeout)
 
 
-def _plan(mode: str, exclude: dict | None = None):
+def _plan(mode: str, exclude: dict | None = None, test_restore: bool = True):
     """The plan, test-restored in a forked copy of this kernel (``trial.py``): what would not
     load back is skipped now, ``exclude`` with it."""
     shell = _shell()
-    return verified_plan(shell.user_ns, shell.user_ns_hidden, *_plan_args(mode), exclude=exclude)
+    ns, hidden = shell.user_ns, shell.user_ns_hidden
+    return verified_plan(ns, hidden, *_plan_args(mode), exclude=exclude, enabled=test_restore)
 
 
 def _plan_args(mode: str) -> tuple:
@@ -191,7 +192,9 @@ def capture(params: dict) -> None:
         plan.cells = rerun.log_bytes(shell)
         _check_size(plan, int(params.get("max_bytes") or 0))
         # the test-restore runs in its child while this process writes the blobs
-        trial = start_trial(plan, shell.user_ns, shell.user_ns_hidden)
+        trial = start_trial(
+            plan, shell.user_ns, shell.user_ns_hidden, enabled=params.get("test_restore", True)
+        )
         # the size is known before the first byte is written (GPU staging, hashing): say it
         progress = _Progress({"packages": plan.packages})
         progress("capturing", 0, plan.total_bytes)
@@ -418,10 +421,10 @@ class CheckReport(dict):
         p.text(repr(self))
 
 
-def dry_run(mode: str = "namespace") -> CheckReport:
+def dry_run(mode: str = "namespace", test_restore: bool = True) -> CheckReport:
     """What a pause would save and skip, without writing anything."""
     try:
-        plan = _plan(mode)
+        plan = _plan(mode, test_restore=test_restore)
     except CaptureError as e:
         return CheckReport(objects=[], skipped=[], bytes=0, error=str(e), unverified=None)
     objects = [
@@ -441,7 +444,8 @@ def dry_run(mode: str = "namespace") -> CheckReport:
 def check(params: dict) -> None:
     """The dry run, for the server: published as a result (idle warnings, the check endpoint)."""
     try:
-        report = dict(dry_run(params.get("capture", "namespace")))
+        mode = params.get("capture", "namespace")
+        report = dict(dry_run(mode, params.get("test_restore", True)))
         report["registered"] = api.registered()
     except Exception as e:
         return _fail(f"check failed: {type(e).__name__}: {e}", "agent-error")

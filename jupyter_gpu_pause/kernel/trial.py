@@ -114,6 +114,7 @@ def verified_plan(
     hooks: dict | None = None,
     timeout: float = TIMEOUT,
     exclude: dict | None = None,
+    enabled: bool = True,
 ) -> Plan:
     """``capture.make_plan``, test-restored: what does not load back is skipped (a registered
     name raises CaptureError ``registered-unsaveable``), what could not be judged is named in
@@ -136,7 +137,8 @@ def verified_plan(
     with collector_paused():
         while True:
             plan = _make_plan(user_ns, hidden, registered, mode, hooks, exclude)
-            verdict = start(plan, user_ns, hidden, deadline - time.monotonic()).verdict()
+            left = deadline - time.monotonic()
+            verdict = start(plan, user_ns, hidden, left, enabled).verdict()
             plan.unverified = verdict.unverified
             if not verdict.failed:
                 return plan
@@ -203,13 +205,21 @@ class Pending:
         return Verdict(unverified={"reason": why, "names": self.names})
 
 
-def start(plan: Plan, user_ns: dict, hidden: dict, timeout: float = TIMEOUT) -> Pending:
-    """Fork the child that unpickles ``plan``'s segments; it answers through a pipe."""
+OFF = "the test-restore is turned off on this server (test_restore = False)"
+
+
+def start(
+    plan: Plan, user_ns: dict, hidden: dict, timeout: float = TIMEOUT, enabled: bool = True
+) -> Pending:
+    """Fork the child that unpickles ``plan``'s segments; it answers through a pipe.
+    ``enabled=False`` (the admin's ``test_restore``) forks nothing and judges nothing."""
     loaded = [o for o in plan.objects if o["kind"] != "module"]
     names = [o["name"] for o, plain in zip(loaded, plan.plain, strict=True) if not plain]
     pending = Pending(names)
     if not names:  # nothing, or only plain segments: no child at all
         pending._done = Verdict()
+    elif not enabled:
+        pending._done = pending._unjudged(OFF)
     elif not hasattr(os, "fork"):
         pending._done = pending._unjudged("this platform has no fork")
     elif timeout <= 0:

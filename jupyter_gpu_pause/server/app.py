@@ -219,6 +219,7 @@ class GpuPauseApp(ExtensionApp, GpuPauseSettings):
                 capture=self.capture,
                 max_checkpoint_bytes=self.max_checkpoint_bytes,
                 verify=self.verify_blobs,
+                test_restore=self.test_restore,
                 rebuild=self.rebuild,
                 rebuild_auto_seconds=self.rebuild_auto_seconds,
             ),

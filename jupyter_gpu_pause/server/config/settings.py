@@ -179,6 +179,17 @@ class GpuPauseSettings(HasTraits):
         "shut down. Default: True.",
     ).tag(config=True)
 
+    test_restore = Bool(
+        True,
+        help="Before a check answers or a pause commits, load the pickled objects back in a "
+        "forked copy of the kernel (no effect on the notebook): an object that would not "
+        "restore is listed as 'cannot be saved' before the pause instead of failing at the "
+        "resume. Objects of only built-in types, numpy arrays and torch tensors are never "
+        "test-restored. False skips it: pauses of namespaces with many library objects are a "
+        "little faster (benchmarks/bench_test_restore.py measures by how much), and every "
+        "such object is reported as saved but not test-restored. Default: True.",
+    ).tag(config=True)
+
     kernel_answer_timeout = Float(
         30.0,
         help="Seconds a kernel that is not running a cell may take to answer before a pause, "

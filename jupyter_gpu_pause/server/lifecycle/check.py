@@ -85,7 +85,11 @@ class DryRun:
         self._require_checkable()  # a pause may have begun while the cell ended
         try:
             report = await asyncio.wait_for(
-                ctx.bridge.run_agent(kid, "check", {"capture": ctx.settings.capture}),
+                ctx.bridge.run_agent(
+                    kid,
+                    "check",
+                    {"capture": ctx.settings.capture, "test_restore": ctx.settings.test_restore},
+                ),
                 CHECK_TIMEOUT,
             )
         except asyncio.TimeoutError:

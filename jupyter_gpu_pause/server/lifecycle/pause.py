@@ -99,6 +99,7 @@ class Pause:
                 "capture": settings.capture,
                 "max_bytes": settings.max_checkpoint_bytes,
                 "verify": settings.verify,
+                "test_restore": settings.test_restore,
             },
             # the agent's first "writing" progress ends the capture; its last, the writing
             self.clock.follow(

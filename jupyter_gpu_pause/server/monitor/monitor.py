@@ -356,7 +356,11 @@ class Monitor:
         if policy.action == "pause":
             try:
                 report = await asyncio.wait_for(
-                    self.bridge.run_agent(s.kernel_id, "check", {"capture": self.capture}),
+                    self.bridge.run_agent(
+                        s.kernel_id,
+                        "check",
+                        {"capture": self.capture, "test_restore": self.lc.settings.test_restore},
+                    ),
                     DRY_RUN_TIMEOUT,
                 )
                 skipped = check_report(report)["skipped"]
