@@ -291,7 +291,9 @@ async def test_a_plan_that_would_share_a_restored_object_asks_first(lab):
         lab,
         s["kernel_id"],
         [
-            "class NoCopy:\n    def __deepcopy__(self, memo):\n        raise TypeError('no copies')\n"
+            "class NoCopy:\n"
+            "    def __deepcopy__(self, memo):\n"
+            "        raise TypeError('no copies')\n"
             "src = NoCopy()",
             "g = (src for _ in range(2))",
         ],
