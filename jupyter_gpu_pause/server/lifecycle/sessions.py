@@ -173,8 +173,12 @@ class SessionTable:
     def _start_cell_log(self, s: Session) -> None:
         """Have a new kernel record its cells from now on (``kernel/cells.py``): a resume can
         then rebuild what its checkpoint could not hold, knowing each cell's run time. Cells
-        run before this are still recorded, without their run time."""
+        run before this are still recorded, without their run time. A kernel busy with a cell
+        is not asked: the request would wait behind the cell, counted as ours (the agent's
+        first request, a check or a pause, starts the log then)."""
         if self.bridge.language(s.kernel_name) != "python":
+            return
+        if self.bridge.execution_state(s.kernel_id) == "busy":
             return
 
         async def ask(kernel_id: str) -> None:
