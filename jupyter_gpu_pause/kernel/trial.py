@@ -138,7 +138,7 @@ def verified_plan(
         while True:
             plan = _make_plan(user_ns, hidden, registered, mode, hooks, exclude)
             left = deadline - time.monotonic()
-            verdict = start(plan, user_ns, hidden, left, enabled).verdict()
+            verdict = start(plan, user_ns, hidden, left, enabled, said=timeout).verdict()
             plan.unverified = verdict.unverified
             if not verdict.failed:
                 return plan
@@ -209,10 +209,17 @@ OFF = "the test-restore is turned off on this server (test_restore = False)"
 
 
 def start(
-    plan: Plan, user_ns: dict, hidden: dict, timeout: float = TIMEOUT, enabled: bool = True
+    plan: Plan,
+    user_ns: dict,
+    hidden: dict,
+    timeout: float = TIMEOUT,
+    enabled: bool = True,
+    said: float | None = None,
 ) -> Pending:
     """Fork the child that unpickles ``plan``'s segments; it answers through a pipe.
-    ``enabled=False`` (the admin's ``test_restore``) forks nothing and judges nothing."""
+    ``enabled=False`` (the admin's ``test_restore``) forks nothing and judges nothing.
+    ``said``: the time limit a stopped child's reason names (default ``timeout``: a later
+    round of ``verified_plan`` gets what is left of the one limit, which it still names)."""
     loaded = [o for o in plan.objects if o["kind"] != "module"]
     names = [o["name"] for o, plain in zip(loaded, plan.plain, strict=True) if not plain]
     pending = Pending(names)
@@ -229,7 +236,7 @@ def start(
             pending._pid, pending._fd = _fork(plan, user_ns, hidden)
         except OSError as e:  # fork or pipe refused (memory, process limits)
             pending._done = pending._unjudged(f"it could not start ({_describe_error(e)})")
-        pending._timeout = timeout
+        pending._timeout = timeout if said is None else said
         pending._deadline = time.monotonic() + timeout
     return pending
 

@@ -161,7 +161,6 @@ async def tell(ctx, s: Session, by: str, result: dict, offer: dict | None, plan:
             f"restored objects ({why}). Confirm to re-run anyway"
         )
         detail = {"error_reason": "needs-confirm", "shared": shared, "plan": plan}
-        event = EventType.REBUILD_FAILED
     elif failed is not None:
         where = failed.get("execution_count")
         code = str(failed.get("code") or "")[:MAX_CODE]
@@ -172,7 +171,6 @@ async def tell(ctx, s: Session, by: str, result: dict, offer: dict | None, plan:
             "failed": {"execution_count": where, "code": code, "error": error},
             "plan": plan,
         }
-        event = EventType.REBUILD_FAILED
     elif rebuilt:
         seconds = result.get("seconds")
         took = f" in {seconds:.2f} s" if isinstance(seconds, int | float) else ""
@@ -190,10 +188,12 @@ async def tell(ctx, s: Session, by: str, result: dict, offer: dict | None, plan:
             "seconds": seconds,
             "copy_bytes": result.get("copy_bytes") or 0,
         }
-        event = EventType.REBUILT
     else:
         s.message = "Nothing to rebuild" + (f": cannot rebuild {left}" if left else "")
         await ctx.table.persist(s)
         return
     await ctx.table.persist(s)
-    await ctx.table.record_event(s, event, by, message=s.message, **detail)
+    if rebuilt and not failed and not result.get("needs_confirm"):
+        await ctx.table.record_event(s, EventType.REBUILT, by, message=s.message, **detail)
+    else:
+        await ctx.table.record_event(s, EventType.REBUILD_FAILED, by, message=s.message, **detail)
