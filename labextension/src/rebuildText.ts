@@ -90,9 +90,13 @@ export function planSecondsText(
 }
 
 /**
- * How long a rebuild took, finer than a plan's estimate: "0.01 s".
+ * How long a rebuild took, finer than a plan's estimate: "0.25 s", "under
+ * 0.01 s" (never a bare "0.00 s").
  */
 export function tookText(seconds: number, trans: TranslationBundle): string {
+  if (seconds < 0.005) {
+    return trans.__('under %1 s', (0.01).toFixed(2));
+  }
   if (seconds < 10) {
     return trans.__('%1 s', seconds.toFixed(2));
   }

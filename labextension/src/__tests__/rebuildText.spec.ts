@@ -127,6 +127,25 @@ describe('rebuild texts', () => {
     ).toBe(
       'Rebuilt `h` in train.ipynb automatically (re-ran cells [3], [4], [5] in 0.01 s).'
     );
+    // A cell quicker than the clock's hundredths is not "0.00 s"
+    expect(
+      rebuiltText(
+        'train.ipynb',
+        {
+          names: ['h'],
+          cells: [{ execution_count: 2, seconds: 0 }],
+          seconds: 0.0004
+        },
+        trans
+      )
+    ).toBe('Rebuilt `h` in train.ipynb (re-ran cell [2] in under 0.01 s).');
+    expect(
+      rebuiltText(
+        'train.ipynb',
+        { names: ['h'], cells: [], seconds: 12.34 },
+        trans
+      )
+    ).toContain('in 12.3 s');
   });
 
   it('names the failing cell and its error, and says that nothing was changed first', () => {
