@@ -4,7 +4,7 @@
  * bar, the commands and the notifications always agree. Pure functions: no
  * DOM, no server.
  */
-import { CommandIDs, ISession } from './tokens';
+import { CommandIDs, IRebuildPlan, ISession } from './tokens';
 
 /**
  * Whether the checkpoint to resume holds GPU tensors, which makes a resume
@@ -31,14 +31,41 @@ export function isCapacityTimeout(session: ISession | null): boolean {
 }
 
 /**
+ * Whether a session's kernel is busy re-running recorded cells (a rebuild):
+ * it runs, but cannot be paused until the rebuild ends.
+ */
+export function isRebuilding(session: ISession | null): boolean {
+  const p = session?.progress;
+  return (
+    (session?.state === 'active' || session?.state === 'idle') &&
+    !!p &&
+    (p.unit === 'cells' || p.phase === 'rebuilding')
+  );
+}
+
+/**
+ * The rebuild plan a session offers: its last resume left names that
+ * re-running recorded cells can make again, and no rebuild runs now;
+ * `null` otherwise.
+ */
+export function rebuildOffer(session: ISession | null): IRebuildPlan | null {
+  const plan = session?.restore?.rebuild;
+  const running = session?.state === 'active' || session?.state === 'idle';
+  if (!running || !plan?.names?.length || isRebuilding(session)) {
+    return null;
+  }
+  return plan;
+}
+
+/**
  * The obvious next action on a session, for one-click views (toolbar, status
  * bar): pause a running kernel, resume a paused one, cancel a pause or a
  * queued resume; `null` when nothing applies (restoring, failed without a
- * checkpoint, running on another server).
+ * checkpoint, running on another server, re-running cells).
  */
 export function primaryCommand(session: ISession): string | null {
-  if (session.running_elsewhere) {
-    return null; // another server runs it: open it there
+  if (session.running_elsewhere || isRebuilding(session)) {
+    return null; // another server runs it, or it re-runs cells: wait
   }
   switch (session.state) {
     case 'active':
@@ -59,22 +86,27 @@ export function primaryCommand(session: ISession): string | null {
 /**
  * Every action a session offers, in the order the panel shows them. A
  * waiting resume can always leave the queue for the CPU: the user may
- * prefer a slow kernel now to a fast one later.
+ * prefer a slow kernel now to a fast one later. A resumed kernel that
+ * misses variables offers to re-run the cells that make them, first.
  */
 export function sessionActions(session: ISession): string[] {
   if (session.running_elsewhere) {
     return []; // resumed on another server: nothing to do here until it pauses there
   }
+  if (isRebuilding(session)) {
+    return []; // the server refuses a pause until the re-run ends
+  }
   const resume = offersCpuResume(session)
     ? [CommandIDs.resume, CommandIDs.resumeCpu]
     : [CommandIDs.resume];
+  const rebuild = rebuildOffer(session) ? [CommandIDs.rebuild] : [];
   switch (session.state) {
     case 'active':
-      return [CommandIDs.pause];
+      return [...rebuild, CommandIDs.pause];
     case 'idle':
       return session.pause_at
-        ? [CommandIDs.pause, CommandIDs.keepRunning]
-        : [CommandIDs.pause];
+        ? [...rebuild, CommandIDs.pause, CommandIDs.keepRunning]
+        : [...rebuild, CommandIDs.pause];
     case 'pausing':
       return [CommandIDs.cancel];
     case 'waiting':

@@ -158,6 +158,31 @@ export class GpuPauseAPI {
   }
 
   /**
+   * Re-run the recorded cells that make what the last resume did not bring
+   * back: the names of its rebuild plan, or all of them. `confirm` runs it
+   * even where the cells would share restored objects (the server first
+   * answers a `rebuild_failed` event with `needs-confirm`). Resolves once
+   * the rebuild has started; its outcome is an event.
+   */
+  rebuild(
+    id: string,
+    options: { names?: string[]; confirm?: boolean } = {}
+  ): Promise<ISession> {
+    const body: { names?: string[]; confirm?: boolean } = {};
+    if (options.names) {
+      body.names = options.names;
+    }
+    if (options.confirm) {
+      body.confirm = true;
+    }
+    return this._request<ISession>(
+      'POST',
+      this._sessionUrl(id, 'rebuild'),
+      body
+    );
+  }
+
+  /**
    * Cancel a running pause or a queued resume.
    */
   cancel(id: string): Promise<ISession> {

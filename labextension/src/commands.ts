@@ -13,7 +13,7 @@ import { ReadonlyPartialJSONObject } from '@lumino/coreutils';
 import { DisposableSet, IDisposable } from '@lumino/disposable';
 import { Widget } from '@lumino/widgets';
 
-import { offersCpuResume } from './actions';
+import { isRebuilding, offersCpuResume } from './actions';
 import type { KernelGate } from './gate';
 import { GpuPauseAPI, GpuPauseError, KERNEL_EXISTS } from './api';
 import { bytesText, durationText } from './format';
@@ -109,6 +109,9 @@ export function addCommands(options: ICommandsOptions): IDisposable {
     }
     if (id === CommandIDs.keepRunning) {
       return session.pause_at !== null;
+    }
+    if (id === CommandIDs.pause && isRebuilding(session)) {
+      return false; // the server refuses until the re-run ends
     }
     return ALLOWED[id].includes(session.state);
   };

@@ -109,7 +109,8 @@ export function stateLabel(state: SessionState | string, trans: Trans): string {
 }
 
 /**
- * Progress of a pause or restore as a ratio in [0, 1]; `null` when unknown.
+ * Progress of a pause, restore or rebuild as a ratio in [0, 1]; `null`
+ * when unknown.
  */
 export function progressRatio(session: ISession): number | null {
   const p = session.progress;
@@ -120,12 +121,31 @@ export function progressRatio(session: ISession): number | null {
 }
 
 /**
- * Progress in bytes: "1.2 GB of 6.1 GB", or what is known of it.
+ * Whether a session's progress counts cells (a rebuild re-running them),
+ * not bytes: such counts are never shown as sizes.
+ */
+export function countsCells(session: ISession): boolean {
+  const p = session.progress;
+  return !!p && (p.unit === 'cells' || p.phase === 'rebuilding');
+}
+
+/**
+ * Progress as its unit reads: "1.2 GB of 6.1 GB" for bytes, "cell 2 of 3"
+ * for a rebuild (the cell running: one past those done, the last once all
+ * are), or what is known of it.
  */
 export function progressText(session: ISession, trans: Trans): string {
   const p = session.progress;
   if (!p) {
     return '';
+  }
+  if (countsCells(session)) {
+    const total = p.total_bytes ?? 0;
+    if (total <= 0) {
+      return '';
+    }
+    const current = Math.min(total, Math.max(1, Math.floor(p.done_bytes) + 1));
+    return trans.__('cell %1 of %2', current, total);
   }
   if (p.total_bytes) {
     return trans.__(
@@ -135,6 +155,19 @@ export function progressText(session: ISession, trans: Trans): string {
     );
   }
   return p.done_bytes ? bytesText(p.done_bytes) : '';
+}
+
+/**
+ * A running rebuild in words, for every view that shows one: "Rebuilding:
+ * cell 2 of 3", or "Rebuilding…" before the count is known; '' when the
+ * session is not rebuilding.
+ */
+export function rebuildingText(session: ISession, trans: Trans): string {
+  if (!countsCells(session)) {
+    return '';
+  }
+  const where = progressText(session, trans);
+  return where ? trans.__('Rebuilding: %1', where) : trans.__('Rebuilding…');
 }
 
 /**
@@ -228,6 +261,12 @@ export function statusText(
     case 'active':
     case 'idle': {
       parts.push(gpuText(session, trans) || placeText(session, trans, true));
+      const rebuilding = rebuildingText(session, trans);
+      if (rebuilding) {
+        // The kernel runs, busy re-running cells: that is the news.
+        parts.push(rebuilding);
+        break;
+      }
       if (session.state === 'idle' && session.idle_seconds !== null) {
         parts.push(
           trans.__('idle %1', durationText(session.idle_seconds, trans))

@@ -25,6 +25,8 @@ import { addCommands, notebookPath } from './commands';
 import { KernelGate } from './gate';
 import { gpuPauseIcon } from './icons';
 import { EventNotifier } from './notify';
+import { addRebuildCommand } from './rebuildCommand';
+import { RebuildNotifier } from './rebuildNotify';
 import { GpuPauseService } from './service';
 import {
   CommandIDs,
@@ -87,6 +89,7 @@ const core: JupyterFrontEndPlugin<IGpuPause> = {
       openPanel: () => app.shell.activateById(PANEL_ID),
       trans
     });
+    addRebuildCommand({ api, commands: app.commands, model, tracker, trans });
     new EventNotifier({
       model,
       commands: app.commands,
@@ -94,6 +97,8 @@ const core: JupyterFrontEndPlugin<IGpuPause> = {
       sessions: app.serviceManager.sessions,
       trans
     });
+    // After the resume's own toast: what it did not bring back, and the plan.
+    new RebuildNotifier({ model, commands: app.commands, trans });
 
     if (settingRegistry) {
       const apply = (loaded: ISettingRegistry.ISettings): void => {
@@ -172,7 +177,8 @@ const panel: JupyterFrontEndPlugin<void> = {
         CommandIDs.resumeCpu,
         CommandIDs.cancel,
         CommandIDs.keepRunning,
-        CommandIDs.discard
+        CommandIDs.discard,
+        CommandIDs.rebuild
       ]) {
         palette.addItem({ command, category });
       }

@@ -17,7 +17,7 @@ import { IEvent, ISession, SessionState } from './tokens';
 const MAX_BACKOFF_MS = 5 * 60 * 1000;
 
 /**
- * Poll interval while an operation runs, so progress bars move.
+ * Poll interval while an operation runs (a rebuild too), so progress moves.
  */
 const BUSY_INTERVAL_MS = 1000;
 
@@ -425,7 +425,10 @@ export class SessionsModel implements IDisposable {
    * change that matters.
    */
   private _frequency(): IPoll.Frequency {
-    const busy = this._sessions.some(s => TRANSITIONAL.includes(s.state));
+    // (a rebuild moves its progress while the session stays active)
+    const busy = this._sessions.some(
+      s => TRANSITIONAL.includes(s.state) || !!s.progress
+    );
     const quiet =
       this.eventsLive &&
       Date.now() >= this._settleUntil &&

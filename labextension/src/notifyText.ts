@@ -7,7 +7,7 @@
 import type { TranslationBundle } from '@jupyterlab/translation';
 
 import { durationText, errorText, sentence } from './format';
-import { IEvent, ISession, ISkippedObject } from './tokens';
+import { IEvent, IRebuildPlan, ISession, ISkippedObject } from './tokens';
 
 /**
  * The file name of a path: it keeps a toast short.
@@ -25,7 +25,7 @@ export function resumedText(
   event: IEvent,
   trans: TranslationBundle
 ): string {
-  const message = sentence(event.detail.message ?? '');
+  const message = sentence(withoutPlan(event));
   let text =
     event.detail.device === 'cpu'
       ? trans.__('Resumed %1 on the CPU. %2', path, message)
@@ -36,6 +36,20 @@ export function resumedText(
       ' ' + trans.__('It waited %1 for a GPU.', durationText(waited, trans));
   }
   return text.trim();
+}
+
+/**
+ * The server's message of a `resumed` event without the rebuild plan it
+ * ends with (". Rebuild `h`: re-run cell [2] — 0.0 s"): a toast of its own
+ * tells that plan, with its button.
+ */
+function withoutPlan(event: IEvent): string {
+  const message = event.detail.message ?? '';
+  const plan = event.detail.rebuild as IRebuildPlan | null | undefined;
+  const tail = plan?.text ? `. Rebuild ${plan.text}` : null;
+  return tail && message.endsWith(tail)
+    ? message.slice(0, -tail.length)
+    : message;
 }
 
 /**

@@ -10,6 +10,14 @@ import type { ISignal } from '@lumino/signaling';
 
 import type { GpuPauseAPI } from './api';
 import type { SessionsModel } from './model';
+import type { IRebuildPlan } from './rebuildTypes';
+
+export type {
+  IRebuildCell,
+  IRebuildFailedDetail,
+  IRebuildPlan,
+  IRebuiltDetail
+} from './rebuildTypes';
 
 /**
  * Identifiers of the commands this extension registers.
@@ -35,6 +43,8 @@ export namespace CommandIDs {
   export const discard = 'jupyter-gpu-pause:discard';
   /** Refresh the session list now. */
   export const refresh = 'jupyter-gpu-pause:refresh';
+  /** Re-run the cells of the last resume's rebuild plan. */
+  export const rebuild = 'jupyter-gpu-pause:rebuild';
 }
 
 /**
@@ -46,6 +56,8 @@ export interface ISessionCommandArgs {
   sessionId?: string;
   /** Notebook path, as a notebook toolbar knows it. */
   path?: string;
+  /** Rebuild only: re-run even though restored objects would be shared. */
+  confirm?: boolean;
 }
 
 /**
@@ -216,16 +228,16 @@ export interface ICheckpoint {
   valid: boolean;
 }
 
-/**
- * Progress of a running pause or restore.
- */
+/** Progress of a running pause, restore or rebuild. */
 export interface IProgress {
-  /** Current phase, e.g. `writing` or `loading`. */
+  /** Current phase, e.g. `writing`, `loading` or `rebuilding`. */
   phase: string;
-  /** Bytes handled so far. */
+  /** Handled so far: bytes, or cells when `unit` is `cells`. */
   done_bytes: number;
-  /** Bytes to handle in total, when known. */
+  /** In total, when known. */
   total_bytes: number | null;
+  /** What the counts count: bytes when absent, `cells` in a rebuild. */
+  unit?: 'bytes' | 'cells' | string;
 }
 
 /**
@@ -250,6 +262,8 @@ export interface IRestoreReport {
   restored?: string[];
   /** Names that could not be restored, with why. */
   failed?: ISkippedObject[];
+  /** How re-run cells can make what did not come back; `null`: nothing to. */
+  rebuild?: IRebuildPlan | null;
 }
 
 /**

@@ -84,6 +84,17 @@ describe('GpuPauseAPI', () => {
     expect(JSON.parse(resumeInit.body)).toEqual({ device: 'cpu' });
   });
 
+  it('posts a rebuild, with confirm only when asked', async () => {
+    answer(202, JSON.stringify({ ...SESSION, state: 'active' }));
+    answer(202, JSON.stringify({ ...SESSION, state: 'active' }));
+    await api.rebuild('a1b2');
+    await api.rebuild('a1b2', { confirm: true, names: ['h'] });
+    const [[url, init], [, confirmed]] = makeRequest.mock.calls;
+    expect(url).toMatch(/\/gpu-pause\/api\/sessions\/a1b2\/rebuild$/);
+    expect(init).toMatchObject({ method: 'POST', body: '{}' });
+    expect(JSON.parse(confirmed.body)).toEqual({ names: ['h'], confirm: true });
+  });
+
   it("parses the server's {message, reason} errors", async () => {
     // Given a session in the wrong state
     answer(

@@ -8,8 +8,10 @@ import {
   durationText,
   errorText,
   gibibytes,
+  progressRatio,
   progressText,
   queueText,
+  rebuildingText,
   statusText,
   untranslated
 } from '../format';
@@ -109,6 +111,20 @@ describe('format', () => {
         progress: { phase: 'writing', done_bytes: 42, total_bytes: 100 }
       }),
       'Pausing 42%'
+    ],
+    [
+      'a kernel re-running cells to rebuild variables',
+      makeSession({
+        state: 'active',
+        device: 'gpu',
+        progress: {
+          phase: 'rebuilding',
+          done_bytes: 1,
+          total_bytes: 3,
+          unit: 'cells'
+        }
+      }),
+      'On GPU · Rebuilding: cell 2 of 3'
     ]
   ])('says %s in the status bar', (_, s, text) => {
     expect(statusText(s, untranslated, NOW)).toBe(text);
@@ -138,6 +154,46 @@ describe('format', () => {
       progress: { phase: 'loading', done_bytes: 1.2e9, total_bytes: 6.1e9 }
     });
     expect(progressText(s, untranslated)).toBe('1.2 GB of 6.1 GB');
+  });
+
+  it.each([
+    [0, 'cell 1 of 3'],
+    [1, 'cell 2 of 3'],
+    [2, 'cell 3 of 3'],
+    [3, 'cell 3 of 3']
+  ])(
+    'counts a rebuild in cells, never in bytes: %p done reads %p',
+    (done, text) => {
+      // Given a rebuild that has re-run `done` of its 3 cells
+      const s = makeSession({
+        state: 'active',
+        progress: {
+          phase: 'rebuilding',
+          done_bytes: done,
+          total_bytes: 3,
+          unit: 'cells'
+        }
+      });
+      // Then every view reads the cell running, and no size
+      expect(progressText(s, untranslated)).toBe(text);
+      expect(rebuildingText(s, untranslated)).toBe(`Rebuilding: ${text}`);
+      expect(statusText(s, untranslated, NOW)).not.toMatch(/\bB\b|kB|MB/);
+      expect(progressRatio(s)).toBeCloseTo(done / 3);
+    }
+  );
+
+  it('reads a rebuild before its count is known, and only a rebuild as one', () => {
+    const starting = makeSession({
+      progress: {
+        phase: 'rebuilding',
+        done_bytes: 0,
+        total_bytes: 0,
+        unit: 'cells'
+      }
+    });
+    expect(progressText(starting, untranslated)).toBe('');
+    expect(rebuildingText(starting, untranslated)).toBe('Rebuilding…');
+    expect(rebuildingText(makeSession(), untranslated)).toBe('');
   });
 
   it('says what is safe after a failure', () => {

@@ -199,4 +199,70 @@ describe('SessionRow', () => {
       expect(lines(row)).not.toContain(text);
     }
   );
+
+  it('offers the rebuild of a resumed kernel: what is missing, each cell, and Re-run cells', () => {
+    // Given a kernel resumed without `batches` and `h`, and a plan for them
+    const session = makeSession({
+      restore: {
+        restored: ['data', 'hashlib', 'model'],
+        failed: [],
+        rebuild: {
+          names: ['batches', 'h'],
+          cells: [
+            { execution_count: 3, seconds: 0.001, code: "model = {'w': 0}" },
+            {
+              execution_count: 5,
+              seconds: 0,
+              code: "h = hashlib.sha256(b'abc')"
+            }
+          ],
+          seconds: 0.001,
+          unbuildable: [{ name: 'g', reason: 'its cell is marked gp-no-rerun' }]
+        }
+      }
+    });
+    const row = new SessionRow(session, actions, trans);
+    row.update(session, NOW);
+    const node = row.node as unknown as HTMLElement;
+    // Then the row says what is missing, the plan and what cannot come back
+    expect(lines(row)).toEqual(
+      expect.arrayContaining([
+        'Restored 3 objects: data, hashlib, model.',
+        '`batches`, `h` were not saved. Re-run cells [3], [5] (0.0 s) to rebuild them. Cannot rebuild `g`: its cell is marked gp-no-rerun.',
+        '[3]',
+        "model = {'w': 0}",
+        '[5]',
+        "h = hashlib.sha256(b'abc')"
+      ])
+    );
+    // And offers Re-run cells first, which runs the rebuild on its session
+    expect(labels(row).slice(1)).toEqual(['Re-run cells', 'Pause']);
+    button(node, 'Re-run cells').click();
+    expect(ran).toEqual([[CommandIDs.rebuild, 's1']]);
+
+    // When the rebuild runs, the row counts cells, never bytes, and offers nothing
+    const rebuilding = {
+      ...session,
+      progress: {
+        phase: 'rebuilding',
+        done_bytes: 1,
+        total_bytes: 2,
+        unit: 'cells'
+      }
+    };
+    row.update(rebuilding, NOW);
+    expect(lines(row)).toContain('Rebuilding: cell 2 of 2');
+    expect(lines(row).join('\n')).not.toMatch(/\d B\b|kB|MB|rebuilding ·/);
+    expect(lines(row).join('\n')).not.toContain('were not saved');
+    expect(labels(row).slice(1)).toEqual([]);
+
+    // And once everything is back the offer is gone
+    const done = {
+      ...session,
+      restore: { ...session.restore!, rebuild: null }
+    };
+    row.update(done, NOW);
+    expect(lines(row).join('\n')).not.toContain('Re-run');
+    expect(labels(row).slice(1)).toEqual(['Pause']);
+  });
 });

@@ -5,7 +5,7 @@
  */
 import type { TranslationBundle } from '@jupyterlab/translation';
 
-import { sessionActions } from '../actions';
+import { isRebuilding, rebuildOffer, sessionActions } from '../actions';
 import {
   ageText,
   bytesText,
@@ -18,11 +18,13 @@ import {
   progressRatio,
   progressText,
   queueText,
+  rebuildingText,
   secondsUntil,
   stateLabel,
   waitReasonText
 } from '../format';
-import { CommandIDs, ISession } from '../tokens';
+import { cellLabel, cellLines, offerText } from '../rebuildText';
+import { CommandIDs, IRebuildPlan, ISession } from '../tokens';
 import { el, setText } from './dom';
 
 /**
@@ -36,7 +38,8 @@ export interface IRowActions {
 }
 
 /**
- * A session row: path, state badge, details, progress, message, actions.
+ * A session row: path, state badge, details, progress, message, the
+ * rebuild offer of a resumed kernel, actions.
  */
 export class SessionRow {
   constructor(
@@ -64,6 +67,8 @@ export class SessionRow {
     this._bar.setAttribute('aria-label', _trans.__('Progress'));
     this._progressText = el('span', 'jp-GpuPause-progressText', this._progress);
     this._message = el('div', 'jp-GpuPause-message', node);
+    this._rebuild = el('div', 'jp-GpuPause-rebuild', node);
+    this._rebuild.hidden = true;
     this._buttons = el('div', 'jp-GpuPause-actions', node);
 
     this._session = session;
@@ -94,7 +99,11 @@ export class SessionRow {
     setText(this._details, this._detailsText(session, now));
 
     const ratio = progressRatio(session);
-    const busy = session.state === 'pausing' || session.state === 'restoring';
+    const rebuilding = isRebuilding(session);
+    const busy =
+      session.state === 'pausing' ||
+      session.state === 'restoring' ||
+      rebuilding;
     this._progress.hidden = !busy && session.state !== 'waiting';
     if (session.state === 'waiting') {
       // Where it stands and how long it has waited; the reason is the
@@ -114,7 +123,9 @@ export class SessionRow {
       const phase = session.progress?.phase ?? '';
       setText(
         this._progressText,
-        [phase, progressText(session, trans)].filter(Boolean).join(' · ')
+        rebuilding
+          ? rebuildingText(session, trans)
+          : [phase, progressText(session, trans)].filter(Boolean).join(' · ')
       );
     }
 
@@ -123,6 +134,7 @@ export class SessionRow {
     setText(this._message, this._messageText(session, error));
     this._message.hidden = !this._message.textContent;
 
+    this._renderRebuild(session);
     this._renderButtons(session);
   }
 
@@ -203,10 +215,57 @@ export class SessionRow {
     return parts.join(' · ');
   }
 
+  /**
+   * What the last resume did not bring back and, before anything runs, the
+   * cells a rebuild would re-run, each with its first line; what cannot be
+   * rebuilt, with why. Hidden while a rebuild runs (the progress shows it)
+   * and once nothing is missing.
+   */
+  private _renderRebuild(session: ISession): void {
+    const running = session.state === 'active' || session.state === 'idle';
+    const plan = session.restore?.rebuild;
+    const shown =
+      running &&
+      !isRebuilding(session) &&
+      !!plan &&
+      (plan.names?.length > 0 || plan.unbuildable?.length > 0);
+    const key = shown ? JSON.stringify(plan) : '';
+    if (key === this._rebuildKey) {
+      return;
+    }
+    this._rebuildKey = key;
+    this._rebuild.textContent = '';
+    this._rebuild.hidden = !shown;
+    if (!shown || !plan) {
+      return;
+    }
+    const failed = (session.restore?.failed ?? []).map(f => f.name);
+    const text = el('div', 'jp-GpuPause-rebuildText', this._rebuild);
+    text.textContent = offerText(plan, failed, this._trans);
+    if (plan.names.length) {
+      this._renderCells(plan);
+    }
+  }
+
+  private _renderCells(plan: IRebuildPlan): void {
+    const list = el('ol', 'jp-GpuPause-cells', this._rebuild);
+    list.setAttribute('aria-label', this._trans.__('Cells to re-run'));
+    for (const cell of plan.cells) {
+      const item = el('li', 'jp-GpuPause-cell', list);
+      const label = el('span', 'jp-GpuPause-cellLabel', item);
+      label.textContent = cellLabel(cell);
+      const code = el('code', 'jp-GpuPause-cellCode', item);
+      code.textContent = cell.code ?? '';
+      code.title = cell.code ?? '';
+    }
+  }
+
   private _renderButtons(session: ISession): void {
     const wanted = sessionActions(session);
-    // Labels and hints depend on the state too ("Resume on CPU now").
-    const key = `${session.state} ${wanted.join(' ')}`;
+    // Labels and hints depend on the state too ("Resume on CPU now"), and
+    // the rebuild's hint on its plan.
+    const plan = rebuildOffer(session);
+    const key = `${session.state} ${wanted.join(' ')} ${plan ? cellLines(plan) : ''}`;
     if (key === this._buttonsKey) {
       return;
     }
@@ -219,6 +278,8 @@ export class SessionRow {
       button.title = this._hint(command, session);
       if (command === CommandIDs.discard) {
         button.classList.add('jp-mod-warn');
+      } else if (command === CommandIDs.rebuild) {
+        button.classList.add('jp-mod-accept');
       }
       button.addEventListener('click', () =>
         this._actions.run(command, this._session.id)
@@ -243,6 +304,8 @@ export class SessionRow {
         return trans.__('Keep running');
       case CommandIDs.discard:
         return trans.__('Discard');
+      case CommandIDs.rebuild:
+        return trans.__('Re-run cells');
       default:
         return command;
     }
@@ -272,6 +335,15 @@ export class SessionRow {
         return session.state === 'waiting'
           ? trans.__('Leave the queue; the session stays paused.')
           : trans.__('Stop the pause; the kernel keeps running.');
+      case CommandIDs.rebuild: {
+        const plan = rebuildOffer(session);
+        return plan
+          ? trans.__(
+              'Re-run, in this order (what was restored is not changed):\n%1',
+              cellLines(plan)
+            )
+          : '';
+      }
       default:
         return '';
     }
@@ -287,5 +359,7 @@ export class SessionRow {
   private _path: HTMLButtonElement;
   private _progress: HTMLDivElement;
   private _progressText: HTMLSpanElement;
+  private _rebuild: HTMLDivElement;
+  private _rebuildKey = '';
   private _session: ISession;
 }

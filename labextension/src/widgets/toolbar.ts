@@ -1,7 +1,8 @@
 /**
  * The notebook toolbar item: the notebook's pause state as a button that
  * does the obvious next thing — "Pause", "Pausing 42%", "Paused — Resume",
- * "Waiting for GPU · #2". A paused notebook says so here instead of a bare
+ * "Waiting for GPU · #2" — or says what the kernel is busy with
+ * ("Rebuilding: cell 2 of 3"). A paused notebook says so here instead of a bare
  * "No Kernel".
  */
 import { NotebookPanel } from '@jupyterlab/notebook';
@@ -15,6 +16,7 @@ import {
   countdownText,
   errorText,
   progressRatio,
+  rebuildingText,
   secondsUntil,
   waitingLabel,
   waitReasonText
@@ -125,6 +127,10 @@ export class NotebookStateButton extends Widget {
     switch (session.state) {
       case 'active':
       case 'idle': {
+        const rebuilding = rebuildingText(session, trans);
+        if (rebuilding) {
+          return rebuilding; // no pause until the re-run ends
+        }
         const left = secondsUntil(session.pause_at, Date.now());
         return left === null
           ? trans.__('Pause GPU kernel')
