@@ -9,7 +9,7 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShell
 from traitlets.config import Config
 
-from jupyter_gpu_pause.kernel import cells
+from jupyter_gpu_pause.kernel import cells, rerun
 from jupyter_gpu_pause.kernel.cells import CellLog
 from jupyter_gpu_pause.kernel.rebuild import make_plan, plan_text, run_plan
 
@@ -457,3 +457,69 @@ def test_a_rebuilt_function_reads_the_users_namespace(shell):
     assert result["ok"]
     ns["scale"] = 5
     assert ns["times"](2) == 10
+
+
+# -- the offer and the run a kernel makes of it (rerun.py) ------------------------------------
+
+
+def lose(shell, *names: str) -> dict | None:
+    """A resume that could not bring ``names`` back: they are gone, and the offer is made."""
+    for n in names:
+        del shell.user_ns[n]
+    return rerun.offer(shell, list(names), None, None, ())
+
+
+def test_a_plan_that_would_copy_a_lot_asks_first(shell, monkeypatch):
+    # Given a lost generator whose cell reads a restored array of 80 kB, and a threshold below
+    import numpy as np
+
+    shell.user_ns["np"] = np
+    run(shell, "big = np.zeros(10_000)", "g = (x for x in big[:3])")
+    offer = lose(shell, "g")
+    assert offer["names"] == ["g"] and offer["text"].startswith("`g`: re-run cell [2]")
+    monkeypatch.setattr(rerun, "COPY_ASK_BYTES", 50_000)
+    # When it is run without confirming
+    result = rerun.run(shell)
+    # Then nothing ran: it says what copying would take
+    assert result["needs_confirm"] and not result["ok"] and result["rebuilt"] == []
+    assert result["copy_bytes"] >= 80_000 and "g" not in shell.user_ns
+    assert "big" in result["shared"][0]["name"] and "bytes" in result["shared"][0]["reason"]
+    # When the user confirms
+    result = rerun.run(shell, confirm=True)
+    # Then `g` is back, the array untouched, and nothing is offered any more
+    assert result["ok"] and result["rebuilt"] == ["g"] and result["offer"] is None
+    assert list(shell.user_ns["g"]) == [0.0, 0.0, 0.0]
+
+
+def test_a_name_made_again_since_the_resume_is_left_alone(shell):
+    # Given two lost names, one of which the user has made again by hand
+    run(shell, "a = iter([1])", "b = iter([2])")
+    lose(shell, "a", "b")
+    run(shell, "a = 'mine'")
+    # When the rebuild runs
+    result = rerun.run(shell)
+    # Then only the other one is rebuilt, and the user's value stands
+    assert result["rebuilt"] == ["b"] and result["already"] == ["a"]
+    assert shell.user_ns["a"] == "mine" and next(shell.user_ns["b"]) == 2
+    assert rerun.result_text(result).startswith("Rebuilt b in ")
+
+
+def test_names_outside_the_offer_are_said_unknown(shell):
+    run(shell, "a = iter([1])")
+    lose(shell, "a")
+    result = rerun.run(shell, ["zzz"])
+    assert result["unknown"] == ["zzz"] and result["rebuilt"] == [] and "a" not in shell.user_ns
+
+
+@pytest.mark.parametrize(
+    ("doc", "blob", "bad", "problem"),
+    [
+        ({}, None, {}, "has no cell log"),
+        ({"cells": {"blob": "h"}}, b"x", {"h": ValueError("hash differs")}, "failed its check"),
+        ({"cells": {"blob": "h"}}, b"{not json", {}, "cannot be read"),
+        ({"cells": {"blob": "h"}}, b'{"version": 9, "cells": []}', {}, "cannot be read"),
+    ],
+)
+def test_a_missing_or_damaged_log_is_said_and_never_read(doc, blob, bad, problem):
+    log, why = rerun.load_log(doc, {"h": blob} if blob else {}, bad)
+    assert log is None and problem in why
