@@ -32,6 +32,21 @@ BAD_CONFIGS = [
         ["GpuPauseApp.max_concurrent_restores = -1", "must be >= 0"],
     ),
     (
+        "rebuild-mode-unknown",
+        "c.GpuPauseApp.rebuild = 'sometimes'",
+        ["GpuPauseApp.rebuild", "sometimes"],
+    ),
+    (
+        "negative-rebuild-auto-seconds",
+        "c.GpuPauseApp.rebuild_auto_seconds = -1",
+        ["GpuPauseApp.rebuild_auto_seconds = -1", "must be >= 0"],
+    ),
+    (
+        "test-restore-not-a-bool",
+        "c.GpuPauseApp.test_restore = 'maybe'",
+        ["GpuPauseApp.test_restore", "maybe"],
+    ),
+    (
         "warm-kernels-not-a-bool",
         "c.GpuPauseApp.warm_kernels = 'sometimes'",
         ["GpuPauseApp.warm_kernels", "sometimes"],
