@@ -11,7 +11,8 @@ What the syntax shows, and therefore the limits of a plan built on it:
 - ``writes``: every module-level binding (assignment targets, ``for``/``with``/``except``
   targets, walrus, ``import a.b`` binds ``a``, ``def``/``class`` names, ``del x``, match
   captures, names a nested function declares ``global``) and every mutation of a name through
-  assignment syntax: ``x[i] = …``, ``x.attr = …``, ``x += …``, ``del x[i]``. A star import
+  assignment syntax: ``x[i] = …``, ``x.attr = …``, ``x += …``, ``del x[i]``, and
+  ``next(x)`` (it advances an iterator or generator). A star import
   writes the public names of the module as it was just after the cell ran.
 - Not writes: method calls (``x.append(1)``, ``model.fit()``), ``setattr``, ``globals()[…]``,
   ``exec``, and a function that assigns a global when a *later* cell calls it (the write is

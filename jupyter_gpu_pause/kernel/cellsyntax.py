@@ -63,6 +63,7 @@ def analyse(code: str) -> dict:
             reads.add(node.target.id)
         elif (magic := _magic(node)) is not None:
             magics.append(magic)
+    writes |= _advanced(tree)
     reads &= _loaded_before_bound(tree)
     deletes = _left_deleted(tree)
     opaque, blocked = False, None
@@ -88,6 +89,28 @@ def analyse(code: str) -> dict:
         blocked=blocked,
     )
     return out
+
+
+def _advanced(tree: ast.Module) -> set[str]:
+    """Names the cell's own code passes to ``next(name, …)``: it advances an iterator or a
+    generator, so the cell changes it (``y = next(batches)``). Calls inside functions and
+    lambdas the cell defines are not counted, as for every other write."""
+    found: set[str] = set()
+    stack: list[ast.AST] = list(tree.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef):
+            continue
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "next"
+            and node.args
+            and isinstance(node.args[0], ast.Name)
+        ):
+            found.add(node.args[0].id)
+        stack.extend(ast.iter_child_nodes(node))
+    return found
 
 
 def _loaded_before_bound(tree: ast.Module) -> set[str]:
