@@ -96,6 +96,7 @@ class Lifecycle:
         # Admission (state checks up to registering the operation) awaits I/O; one lock keeps
         # two requests from both passing the checks and starting two operations.
         self._admission = asyncio.Lock()
+        self._auto_rebuilds: set[asyncio.Future] = set()
         self.kernel_use = kernel_use
         self.warm = (
             WarmKernels(bridge, log, lambda: list(self.table.sessions.values()), self._elsewhere)
@@ -493,7 +494,9 @@ class Lifecycle:
             except GpuPauseError as e:  # the session moved on (paused, or a cell changed it)
                 self.log.info("jupyter_gpu_pause: no automatic rebuild of %s: %s", s.path, e)
 
-        asyncio.ensure_future(later())
+        task = asyncio.ensure_future(later())
+        self._auto_rebuilds.add(task)  # the loop holds tasks weakly: keep it until it ends
+        task.add_done_callback(self._auto_rebuilds.discard)
 
     # -- resume --------------------------------------------------------------------------------
     async def resume(
