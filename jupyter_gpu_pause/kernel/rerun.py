@@ -74,13 +74,17 @@ def offer(shell, missing: list[str], older: cells.CellLog | None, problem, no_re
         log.adopt(older)
     ids = set(no_rerun_ids or ())
     setattr(shell, _STATE, {"missing": list(missing), "no_rerun_ids": ids, "problem": problem})
-    if not missing:
-        return None
-    if problem is not None:
-        unbuildable = [{"name": n, "reason": problem} for n in missing]
-        plan = {"names": [], "cells": [], "seconds": 0, "unbuildable": unbuildable}
-        return _public(plan, problem)
-    return _public(make_plan(log, missing, set(shell.user_ns), ids))
+    return offer_now(shell)
+
+
+def _plan(shell, state: dict, names: list[str]) -> dict:
+    """The plan for ``names`` against the namespace as it is now; none when the checkpoint's
+    log could not be read (``state["problem"]`` then says why, for each name)."""
+    if state["problem"] is not None:
+        unbuildable = [{"name": n, "reason": state["problem"]} for n in names]
+        return {"names": [], "cells": [], "seconds": 0, "unbuildable": unbuildable}
+    log = cells.install(shell)
+    return make_plan(log, names, set(shell.user_ns), state["no_rerun_ids"])
 
 
 def pending(shell) -> dict:
@@ -112,11 +116,7 @@ def run(shell, names=None, confirm: bool = False, progress=None, no_rerun_ids=No
     }
     log = cells.install(shell)
     wanted = [n for n in wanted if n not in shell.user_ns]
-    if state["problem"] is not None:
-        plan = {"names": [], "cells": [], "seconds": 0}
-        plan["unbuildable"] = [{"name": n, "reason": state["problem"]} for n in wanted]
-    else:
-        plan = make_plan(log, wanted, set(shell.user_ns), state["no_rerun_ids"])
+    plan = _plan(shell, state, wanted)
     result["plan"] = _public(plan, state["problem"])
     if plan["names"]:
         reads = {n for c in plan["cells"] for n in c["restored"] if n in shell.user_ns}
@@ -154,11 +154,7 @@ def offer_now(shell) -> dict | None:
     missing = [n for n in state["missing"] if n not in shell.user_ns]
     if not missing:
         return None
-    if state["problem"] is not None:
-        unbuildable = [{"name": n, "reason": state["problem"]} for n in missing]
-        return _public({"names": [], "cells": [], "seconds": 0, "unbuildable": unbuildable})
-    log = cells.install(shell)
-    return _public(make_plan(log, missing, set(shell.user_ns), state["no_rerun_ids"]))
+    return _public(_plan(shell, state, missing), state["problem"])
 
 
 def _first_line(code: str) -> str:
