@@ -10,6 +10,7 @@ from jupyter_server.services.sessions.sessionmanager import SessionManager
 
 from jupyter_gpu_pause.server.capacity import CapacityProvider, Grant, Verdict
 from jupyter_gpu_pause.server.capacity.probes import GpuProbe, GpuUsage
+from jupyter_gpu_pause.server.suspend.driver import Availability, CudaCheckpoint, DriverError
 
 
 class FakeProbe(GpuProbe):
@@ -74,3 +75,49 @@ class FailingCapacity(CapacityProvider):
         if self.down:
             raise ConnectionError("the GPU scheduler at http://127.0.0.1:9/ refused the connection")
         return Verdict(Grant(bytes=need.total))
+
+
+class FakeCudaCheckpoint(CudaCheckpoint):
+    """A fake of the CUDA driver's process checkpoint API (``suspend/driver.py``), the one
+    boundary the suspend tier has: it keeps each process's state as the driver does and refuses
+    the calls the driver refuses in that state (``CUDA_ERROR_ILLEGAL_STATE``), so the tier's state
+    machine runs for real with real kernels on a CPU machine. Every live process counts as a
+    CUDA process. ``fail`` maps a call (``lock``, ``checkpoint``, ``restore``) to the error it
+    returns; ``calls`` records (call, pid)."""
+
+    states: dict[int, str] = {}
+    fail: dict[str, str] = {}
+    calls: list[tuple[str, int]] = []
+    version = "570.86.15"
+
+    def probe(self) -> Availability:
+        return Availability(
+            True, f"the CUDA driver {self.version} has the checkpoint API", self.version
+        )
+
+    def state(self, pid: int) -> str | None:
+        import psutil
+
+        if not psutil.pid_exists(pid):
+            return None
+        return self.states.get(pid, "running")
+
+    def _step(self, call: str, pid: int, before: str, after: str) -> None:
+        self.calls.append((call, pid))
+        if call in self.fail:
+            raise DriverError(f"cuCheckpointProcess{call.title()}", self.fail[call], pid)
+        if self.state(pid) != before:
+            raise DriverError(f"cuCheckpointProcess{call.title()}", "CUDA_ERROR_ILLEGAL_STATE", pid)
+        self.states[pid] = after
+
+    def lock(self, pid: int, timeout_ms: int) -> None:
+        self._step("lock", pid, "running", "locked")
+
+    def checkpoint(self, pid: int) -> None:
+        self._step("checkpoint", pid, "locked", "checkpointed")
+
+    def restore(self, pid: int) -> None:
+        self._step("restore", pid, "checkpointed", "locked")
+
+    def unlock(self, pid: int) -> None:
+        self._step("unlock", pid, "locked", "running")

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from jupyter_gpu_pause.server.lifecycle.slots import RestoreSlots, usable_cpus
+from jupyter_gpu_pause.server.capacity.slots import RestoreSlots, usable_cpus
 from jupyter_gpu_pause.server.state.model import Session
 from tests.test_faults import READBACK, READBACK_OK, STATE
 from tests.waiting import wait_for

@@ -47,6 +47,26 @@ BAD_CONFIGS = [
         ["GpuPauseApp.test_restore", "maybe"],
     ),
     (
+        "suspend-mode-unknown",
+        "c.GpuPauseApp.suspend = 'always'",
+        ["GpuPauseApp.suspend", "always"],
+    ),
+    (
+        "negative-keep-suspended",
+        "c.GpuPauseApp.keep_suspended_seconds = -5",
+        ["GpuPauseApp.keep_suspended_seconds = -5", "must be >= 0"],
+    ),
+    (
+        "suspend-free-memory-under-one",
+        "c.GpuPauseApp.suspend_min_free_memory = 0.5",
+        ["GpuPauseApp.suspend_min_free_memory = 0.5", "must be at least 1"],
+    ),
+    (
+        "unimportable-cuda-checkpoint",
+        "c.GpuPauseApp.cuda_checkpoint_class = 'no.such.Driver'",
+        ["GpuPauseApp.cuda_checkpoint_class = 'no.such.Driver'", "could not be imported"],
+    ),
+    (
         "warm-kernels-not-a-bool",
         "c.GpuPauseApp.warm_kernels = 'sometimes'",
         ["GpuPauseApp.warm_kernels", "sometimes"],

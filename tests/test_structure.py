@@ -21,10 +21,19 @@ ALLOWED = {
     "state": {"config"},
     "capacity": {"config", "state"},
     "kernels": {"config", "state", "capacity"},
-    "lifecycle": {"config", "state", "capacity", "kernels"},
-    "monitor": {"config", "state", "capacity", "kernels", "lifecycle"},
+    "suspend": {"config", "state", "capacity"},
+    "lifecycle": {"config", "state", "capacity", "kernels", "suspend"},
+    "monitor": {"config", "state", "capacity", "kernels", "lifecycle", "suspend"},
     "telemetry": {"config", "state"},
-    "integrations": {"config", "state", "capacity", "kernels", "lifecycle", "telemetry"},
+    "integrations": {
+        "config",
+        "state",
+        "capacity",
+        "kernels",
+        "suspend",
+        "lifecycle",
+        "telemetry",
+    },  # fmt: skip
     "web": {"config", "state"},
 }
 # modules that stay at the top: the wiring, and re-exports of moved public names (one release)
@@ -104,7 +113,13 @@ def test_a_room_stays_readable(room):
 # -- who may write a session's state -------------------------------------------------------------
 # The operation in flight writes its session's states (Pause, Resume); the session table writes
 # what happens outside an operation (a kernel gone, a restart) and every failure (``fail``).
-STATE_WRITERS = {"lifecycle/pause.py", "lifecycle/resume.py", "lifecycle/sessions.py"}
+STATE_WRITERS = {
+    "lifecycle/pause.py",
+    "lifecycle/resume.py",
+    "lifecycle/inplace.py",
+    "lifecycle/sessions.py",
+    "suspend/session.py",  # the suspension's part of a pause and of a resume in place
+}
 
 
 def _state_writes(path: Path) -> list[int]:

@@ -22,7 +22,7 @@ from ..store import IntegrityError, Store, StoreError, declare_intent
 from ..store.schema import MAX_TEXT
 from ..units import count_text, size_text
 from . import api, cells, rerun
-from .capture import CaptureError, environment, make_plan, write_plan
+from .capture import CaptureError, environment, host_copies, make_plan, write_plan
 from .restore import RestoreError, load_blobs, restore_objects
 from .trial import start as start_trial
 from .trial import verified_plan
@@ -31,7 +31,7 @@ MIME_PROGRESS = "application/vnd.jupyter-gpu-pause.progress+json"
 MIME_RESULT = "application/vnd.jupyter-gpu-pause.result+json"
 # The shape of requests and results; bumped whenever either changes. The server refuses a reply
 # of another protocol, the agent a request of another protocol, each saying which versions met.
-PROTOCOL = 5
+PROTOCOL = 6
 REQUEST_KEY = "jupyter_gpu_pause_request"  # the execute_request's metadata key of the request
 CODE = "__import__('jupyter_gpu_pause.kernel.agent', fromlist=['_']).call_parent()"
 
@@ -182,7 +182,12 @@ def _plan_args(mode: str) -> tuple:
 
 
 def capture(params: dict) -> None:
-    """Run on_pause hooks, plan, check the size limit, write blobs; publish the result."""
+    """Run on_pause hooks, plan, check the size limit, write blobs; publish the result.
+
+    With ``suspend`` (the server suspends this kernel in place): every GPU tensor is copied to
+    host memory and the test-restore's verdict awaited first; then the progress phase
+    ``staged`` tells the server it may suspend the process's CUDA state, and the blobs are
+    written from the host copies alone, with no CUDA call (they would block until resumed)."""
     try:
         for fn in list(api.REGISTRY.on_pause):
             fn()
@@ -201,7 +206,7 @@ def capture(params: dict) -> None:
         store = _store(params)
         cid = params["checkpoint_id"]
 
-        def write(plan):
+        def write(plan, host=None):
             return write_plan(
                 plan,
                 store,
@@ -210,21 +215,50 @@ def capture(params: dict) -> None:
                 verify=params.get("verify", True),
                 # GC must not delete a blob this capture decides to reuse (store/lease.py)
                 before_reuse=lambda hashes: declare_intent(store, cid, hashes),
+                host=host,
             )
 
-        try:
-            result = write(plan)
-        except BaseException:  # a store error, the server cancelling: no need of its answer
-            trial.abandon()
-            raise
-        verdict = trial.verdict()
-        if verdict.failed:  # rare: plan again without what does not restore, write that
-            plan = _plan(mode, exclude=verdict.own_failures())
-            plan.cells = rerun.log_bytes(shell)
-            _check_size(plan, int(params.get("max_bytes") or 0))
-            result = write(plan)
+        def replan():  # rare: plan again without what does not restore
+            again = _plan(mode, exclude=verdict.own_failures())
+            again.cells = rerun.log_bytes(shell)
+            _check_size(again, int(params.get("max_bytes") or 0))
+            return again
+
+        if params.get("suspend"):
+            try:
+                host = host_copies(plan.refs.storages)
+                verdict = trial.verdict()
+            except BaseException:
+                trial.abandon()
+                raise
+            if verdict.failed:
+                plan = replan()
+                host = host_copies(plan.refs.storages, host)
+            else:
+                plan.unverified = verdict.unverified
+            host_bytes = sum(int(a.nbytes) for a in host.values())
+            _publish(
+                MIME_PROGRESS,
+                {
+                    "phase": "staged",
+                    "done_bytes": 0,
+                    "total_bytes": plan.total_bytes,
+                    "host_bytes": host_bytes,
+                },
+            )
+            result = write(plan, host)
         else:
-            plan.unverified = verdict.unverified
+            try:
+                result = write(plan)
+            except BaseException:  # a store error, the server cancelling: no need of its answer
+                trial.abandon()
+                raise
+            verdict = trial.verdict()
+            if verdict.failed:  # write what restores
+                plan = replan()
+                result = write(plan)
+            else:
+                plan.unverified = verdict.unverified
         result["kernel"], result["origin"] = environment()
         # what a warm kernel imports before this checkpoint's restore (manifest texts are flat)
         result["kernel"]["packages"] = ",".join(plan.packages)[:MAX_TEXT]

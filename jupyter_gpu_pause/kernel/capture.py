@@ -187,11 +187,45 @@ class DeviceSource:
         return download(self._staging, self._flat, self.nbytes, step)
 
 
-def _storage_source(untyped, staging: Staging | None = None):
-    """A CPU storage is read in place; another device's (or one ``staging`` copies, in tests)
-    through DeviceSource."""
+def storage_key(untyped) -> tuple:
+    """What tells one storage from another without touching its device (no CUDA call)."""
+    return (str(untyped.device), int(untyped.data_ptr()), int(untyped.nbytes()))
+
+
+def host_copies(storages, have: dict | None = None) -> dict:
+    """A host copy of every GPU storage in ``storages`` not in ``have`` yet, by ``storage_key``.
+
+    Made before a kernel is suspended in place: from then on its CUDA calls block until it is
+    restored, so its checkpoint is written from these copies only (``write_plan(host=...)``).
+    Pageable memory: pinning gigabytes costs more than the copy gains, and a pinned buffer
+    could not be freed while the process is suspended."""
     import torch
 
+    out = dict(have or {})
+    for s in storages:
+        if s.device.type == "cpu" or storage_key(s) in out:
+            continue
+        n = int(s.nbytes())
+        flat = torch.empty(0, dtype=torch.uint8, device=s.device).set_(s, 0, (n,), (1,))
+        out[storage_key(s)] = flat.to("cpu").numpy()
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+    return out
+
+
+def _storage_source(untyped, staging: Staging | None = None, host: dict | None = None):
+    """A CPU storage is read in place; another device's from its host copy (``host``: the
+    kernel is suspended), else (or one ``staging`` copies, in tests) through DeviceSource."""
+    import torch
+
+    if host is not None and untyped.device.type != "cpu":
+        copy = host.get(storage_key(untyped))
+        if copy is None:
+            raise CaptureError(
+                "a GPU tensor was not copied to host memory before the kernel was suspended",
+                "agent-error",
+            )
+        return BufferSource(copy)
     if staging is not None and staging.copier.handles(untyped.device):
         return DeviceSource(untyped, staging)
     if untyped.device.type != "cpu":
@@ -239,6 +273,7 @@ def write_plan(
     verify: bool = True,
     before_reuse=None,
     staging: Staging | None = None,
+    host: dict | None = None,
 ) -> dict:
     """Write every blob of the plan (skipping those already stored) and describe them.
 
@@ -252,20 +287,22 @@ def write_plan(
     cancelled and nothing waits for a store that does not answer. The namespace is only read.
 
     GPU storages are read through ``staging``: by default a few pinned buffers made for this
-    pause and freed at its end (``staging.cuda_staging``); the tests pass a CPU copier.
+    pause and freed at its end (``staging.cuda_staging``); the tests pass a CPU copier. With
+    ``host`` (``host_copies``: the kernel is suspended in place) they are read from those
+    copies and no CUDA call is made.
     """
-    own = staging is None
+    own = staging is None and host is None
     staging = cuda_staging(s.device for s in plan.refs.storages) if own else staging
     try:
-        return _write(plan, store, progress, verify, before_reuse, staging)
+        return _write(plan, store, progress, verify, before_reuse, staging, host)
     finally:
         if own and staging is not None:
             staging.close()
 
 
-def _write(plan: Plan, store: Store, progress, verify: bool, before_reuse, staging) -> dict:
+def _write(plan: Plan, store: Store, progress, verify: bool, before_reuse, staging, host) -> dict:
     total = plan.total_bytes
-    blobs, pickle_meta = _blobs_of(plan, staging)
+    blobs, pickle_meta = _blobs_of(plan, staging, host)
     described: dict = {}
     seen: set = set()
     done = new_bytes = 0
@@ -296,13 +333,14 @@ def _write(plan: Plan, store: Store, progress, verify: bool, before_reuse, stagi
     return _describe(plan, blobs, pickle_meta, described, new_bytes)
 
 
-def _blobs_of(plan: Plan, staging: Staging | None) -> tuple[list[_Blob], dict]:
+def _blobs_of(plan: Plan, staging: Staging | None, host=None) -> tuple[list[_Blob], dict]:
     """Every blob of the plan in manifest order: storages, arrays, the cell log, then the
     pickle stream (last: ``_describe`` finds it there)."""
     import_np = sys.modules.get("numpy")
     blobs = []
     for s in plan.refs.storages:
-        blobs.append(_Blob(_storage_source(s, staging), "tensor", {"device": str(s.device)}))
+        src = _storage_source(s, staging, host)
+        blobs.append(_Blob(src, "tensor", {"device": str(s.device)}))
     for a in plan.refs.arrays:
         descr = import_np.lib.format.dtype_to_descr(a.dtype)
         blobs.append(_Blob(_array_source(a), "buffer", {"dtype": descr}))

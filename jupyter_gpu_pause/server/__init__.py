@@ -5,7 +5,8 @@ says what lives in it and what it may import (``tests/test_structure.py`` keeps 
     state       sessions, errors, records, event bus        imports: config
     capacity    GPUs, providers, the queue                  imports: config, state
     kernels     reaching kernels: local, gateway            imports: + capacity
-    lifecycle   pause, resume, check, recovery, sessions    imports: + kernels
+    suspend     the CUDA driver's suspend in place          imports: config, state, capacity
+    lifecycle   pause, resume, check, recovery, sessions    imports: + kernels, suspend
     monitor     idle policies, activity, accounting         imports: + lifecycle
     telemetry   metrics, webhooks (listeners of events)     imports: config, state
     integrations  hub, shutdown, preemption, maintenance    imports: all but monitor, web

@@ -45,6 +45,8 @@ from .state.bus import EventBus
 from .state.checkpoints import Checkpoints
 from .state.migrations import NewerSchema
 from .state.records import Records, refuse_newer_records
+from .suspend.suspender import Suspender
+from .suspend.tier import decide as decide_tier
 from .telemetry.metrics import attach as attach_metrics
 from .telemetry.webhooks import WebhookSender, signing_key
 from .web.handlers import handlers
@@ -199,7 +201,17 @@ class GpuPauseApp(ExtensionApp, GpuPauseSettings):
         for note in provider.notes():  # what NVML cannot see here (MIG, a container)
             self.log.warning("jupyter_gpu_pause: capacity provider %s: %s", provider.name, note)
         queue = self._build_queue(f"{user}@{socket.gethostname()}:{server.port}")
+        driver = self.cuda_checkpoint_class(parent=self)
+        tier = decide_tier(self.suspend, driver, not bridge.local_processes)
+        self.log.info("jupyter_gpu_pause: pause tier '%s': %s", tier.name, tier.reason)
         return Lifecycle(
+            tier=tier,
+            suspender=(
+                Suspender(driver, tier, self.suspend_min_free_memory, self.log)
+                if tier.suspends
+                else None
+            ),
+            keep_suspended_seconds=self.keep_suspended_seconds,
             bridge=bridge,
             records=self.records,
             checkpoints=Checkpoints(self._store, self.secret_file),

@@ -5,7 +5,8 @@
 PostgreSQL for a cluster, ``postgres``; ``liveness`` tells a dead server's rows), ``service``
 (what resumes and the session table talk to), ``where`` (the queue's URL checked at start),
 ``probes`` (GPU memory and utilisation of processes, through NVML) and ``gpu_sessions`` (which
-sessions are GPU sessions, what this server holds).
+sessions are GPU sessions, what this server holds), ``slots`` (how many resumes restore at
+once: the CPU's capacity).
 
 Imports ``config`` and ``state``.
 """

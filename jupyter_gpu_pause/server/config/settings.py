@@ -45,6 +45,7 @@ from ...store.retention import DEFAULT_RETENTION
 from .traits import not_negative
 
 _CAPACITY = "jupyter_gpu_pause.server.capacity"
+_SUSPEND = "jupyter_gpu_pause.server.suspend"
 
 # What an idle policy is when none is configured (``monitor.policy`` parses and applies them).
 DEFAULT_POLICIES = [
@@ -289,6 +290,41 @@ class GpuPauseSettings(HasTraits):
         "(reports nothing where NVML or a GPU is missing).",
     ).tag(config=True)
 
+    cuda_checkpoint_class = Type(
+        default_value=f"{_SUSPEND}.driver.LibcudaCheckpoint",
+        klass=f"{_SUSPEND}.driver.CudaCheckpoint",
+        help="The CUDA driver's process checkpoint API, which the suspend tier calls. Default: "
+        "LibcudaCheckpoint (ctypes on libcuda.so.1; where it or its checkpoint functions are "
+        "missing, the checkpoint tier is in force and the start says why).",
+    ).tag(config=True)
+
+    suspend = Enum(
+        ["auto", "never"],
+        default_value="auto",
+        help="Suspend in place: 'auto' (default) pauses a GPU session by having the CUDA "
+        "driver copy its kernel's GPU state to host memory and release the GPU (about a "
+        "second), then writes the checkpoint behind it, where the driver has the checkpoint "
+        "API (r550+, not MIG, kernels on this machine); 'never' always writes the checkpoint "
+        "first and stops the kernel after. GET capacity says which tier is in force and why. "
+        "See docs/suspend.md.",
+    ).tag(config=True)
+
+    keep_suspended_seconds = Float(
+        0.0,
+        help="Keep a suspended kernel this many seconds after its checkpoint is written, so "
+        "that a resume restores it in place (its memory copied back to the GPU) instead of "
+        "starting a new kernel; let go earlier when the host's available memory falls under "
+        "what it holds. Default: 0 (stopped once the checkpoint is written). Must be >= 0.",
+    ).tag(config=True)
+
+    suspend_min_free_memory = Float(
+        1.5,
+        help="Suspend a kernel in place only while the host's available memory is at least "
+        "this many times the kernel's GPU memory (the driver's copy; the agent's copies of "
+        "the tensors are counted on top before they are made); otherwise the pause writes "
+        "the checkpoint first and says why. Default: 1.5. Must be >= 1.",
+    ).tag(config=True)
+
     gpu_hold_alarm_hours = Float(
         0.0,
         help="Raise a gpu_hold_alarm event once per this many hours for a session holding "
@@ -409,6 +445,19 @@ class GpuPauseSettings(HasTraits):
     )
     def _not_negative(self, proposal):
         return not_negative(self, proposal, " (0 turns it off)")
+
+    @validate("keep_suspended_seconds")
+    def _keep(self, proposal):
+        return not_negative(self, proposal, " (0: stopped once its checkpoint is written)")
+
+    @validate("suspend_min_free_memory")
+    def _min_free(self, proposal):
+        if not proposal["value"] >= 1:
+            raise TraitError(
+                f"{type(self).__name__}.suspend_min_free_memory = {proposal['value']!r}: must "
+                "be at least 1 (the driver copies all of the kernel's GPU memory to the host)"
+            )
+        return proposal["value"]
 
     @validate("max_concurrent_restores")
     def _restore_slots(self, proposal):

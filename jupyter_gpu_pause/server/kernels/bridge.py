@@ -164,6 +164,9 @@ def _progress(data) -> dict | None:
     out = {"phase": data["phase"][:40], "done_bytes": done, "total_bytes": total}
     if data.get("unit") == "cells":  # a rebuild counts cells, not bytes
         out["unit"] = "cells"
+    host = data.get("host_bytes")  # "staged": what the agent copied to host memory
+    if isinstance(host, int) and host >= 0:
+        out["host_bytes"] = host
     packages = data.get("packages")  # the capture's, for a warm kernel: top-level names only
     if isinstance(packages, list):
         out["packages"] = [
@@ -180,6 +183,7 @@ def _pid(kernel) -> int | None:
 
 class KernelBridge:
     supports_warm_kernels = True  # see gateway.py: a gateway's kernels have no warm spares
+    local_processes = True  # a kernel's process runs on this machine (its CUDA driver's reach)
 
     def __init__(
         self, kernel_manager, session_manager, kernel_spec_manager, log, answer_timeout: float
@@ -457,6 +461,13 @@ class KernelBridge:
         InvalidStateError and leaves the remaining kernels running.)"""
         if self.is_running(kernel_id):
             await asyncio.shield(self.km.shutdown_kernel(kernel_id))
+
+    async def kill(self, kernel_id: str) -> None:
+        """Kill a kernel's process without asking it (a kernel suspended in place cannot run
+        its exit: its CUDA teardown would block until it is restored); shielded as
+        ``shutdown`` is."""
+        if self.is_running(kernel_id):
+            await asyncio.shield(self.km.shutdown_kernel(kernel_id, now=True))
 
     async def attach(self, path: str, name: str, type_: str, kernel_name: str, kernel_id: str):
         """Make the notebook's Jupyter session use ``kernel_id`` (creating the session if gone)."""

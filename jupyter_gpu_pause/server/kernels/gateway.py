@@ -132,6 +132,7 @@ class GatewayBridge(KernelBridge):
     """``KernelBridge`` for kernels that run behind a gateway (see the module's docstring)."""
 
     supports_warm_kernels = False  # a warm kernel would take on this machine's paths
+    local_processes = False
 
     def __init__(self, *args, kernel_keys: KernelKeys, **kwargs):
         super().__init__(*args, **kwargs)

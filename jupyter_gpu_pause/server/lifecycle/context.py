@@ -21,13 +21,15 @@ from ..state.model import Session
 
 if TYPE_CHECKING:
     from ..capacity import Capacity
+    from ..capacity.slots import RestoreSlots
     from ..kernels.bridge import KernelBridge
     from ..kernels.spares import WarmKernels
     from ..state.checkpoints import Checkpoints
     from ..state.records import Records
+    from ..suspend.kept import KeptKernels
+    from ..suspend.suspender import Suspender
     from .operations import Operations, PauseSettings
     from .sessions import SessionTable
-    from .slots import RestoreSlots
 
 
 class StoreUpkeep(Protocol):
@@ -75,6 +77,11 @@ class PauseContext:
     warm: WarmKernels | None  # told a GPU session is pausing, and which packages it uses
     upkeep: StoreUpkeep | None
     gpu_session: Callable[[Session], bool]
+    # the suspend tier (None: the checkpoint tier, server/suspend/tier.py), and the kernels
+    # kept suspended after their checkpoint is written (None: keep_suspended_seconds = 0)
+    suspender: Suspender | None = None
+    kept: KeptKernels | None = None
+    keep_seconds: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -92,6 +99,7 @@ class ResumeContext:
     # a resume whose restore report offers a rebuild that rebuild = "auto" runs unasked
     # hands it over (``Lifecycle.auto_rebuild``): it starts once the resume has ended
     auto_rebuild: Callable[[Session], None] | None = None
+    suspender: Suspender | None = None  # a resume in place restores through it
 
 
 @dataclass(frozen=True)

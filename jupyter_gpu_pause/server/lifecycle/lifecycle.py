@@ -15,6 +15,7 @@ from collections.abc import Callable
 from ...store.format import check_checkpoint_id, iso
 from ..capacity import Capacity, CapacityProvider, CapacityQueue
 from ..capacity.gpu_sessions import holders, is_gpu_session
+from ..capacity.slots import RestoreSlots
 from ..kernels.bridge import KernelBridge
 from ..kernels.spares import WarmKernels
 from ..state.checkpoints import Checkpoints
@@ -23,6 +24,9 @@ from ..state.event_types import EventType
 from ..state.model import RUNNING, Session
 from ..state.records import Records
 from ..state.views import session_json
+from ..suspend.kept import KeptKernels
+from ..suspend.suspender import Suspender
+from ..suspend.tier import Tier
 from .check import DryRun
 from .context import (
     CheckContext,
@@ -34,13 +38,13 @@ from .context import (
     StoreUpkeep,
     UpkeepContext,
 )
+from .inplace import ResumeInPlace
 from .operations import DEVICES, Op, Operations, PauseSettings
 from .pause import Pause
 from .rebuild import Rebuild, read_result, tell
 from .recovery import Recovery
 from .resume import Resume, ResumeOptions
 from .sessions import SessionTable
-from .slots import RestoreSlots
 
 STOP_GRACE = 15.0  # seconds a stopping server waits for in-flight operations
 STARTUP_WAIT = 30.0  # seconds a request waits for the records to load before a 503
@@ -69,12 +73,23 @@ class Lifecycle:
         outbox: EventOutbox | None = None,
         warm_kernels: bool = False,
         upkeep: Callable[[UpkeepContext], StoreUpkeep] | None = None,
+        tier: Tier | None = None,
+        suspender: Suspender | None = None,
+        keep_suspended_seconds: float = 0.0,
     ):
         """``kernel_use``: what people did in which kernel (the monitor's activity tracker;
         None: every kernel counts as used and busy only by its own state); ``outbox``: records
         each event together with its webhook deliveries (None: the event alone); ``warm_kernels``:
         keep a warm kernel per kernelspec of a paused session (``spares.py``); ``upkeep``:
-        builds the store's upkeep (retention after pauses, GC intents) from what it may read."""
+        builds the store's upkeep (retention after pauses, GC intents) from what it may read;
+        ``tier``: the pause tier in force (server/suspend/tier.py) and ``suspender`` its driver
+        when it is ``suspend``; ``keep_suspended_seconds``: how long a suspended kernel whose
+        checkpoint is written is kept for a resume in place."""
+        self.tier = tier or Tier("checkpoint", "suspend in place is not configured")
+        self.suspender = suspender if self.tier.suspends else None
+        self.kept = (
+            KeptKernels(log) if self.suspender is not None and keep_suspended_seconds > 0 else None
+        )
         self.rescan_interval = rescan_interval  # seconds between two reads of the store
         self.bridge, self.records, self.checkpoints = bridge, records, checkpoints
         self.settings, self.log = settings, log
@@ -110,11 +125,12 @@ class Lifecycle:
         )
         self._pause_ctx = PauseContext(
             bridge, self.table, checkpoints, self.capacity, settings, log, self.warm,
-            self.maintenance, self.gpu_session,
+            self.maintenance, self.gpu_session, self.suspender, self.kept, keep_suspended_seconds,
         )  # fmt: skip
         self._resume_ctx = ResumeContext(
             bridge, self.table, checkpoints, self.capacity, settings, log, self.warm,
             self.restore_slots, resume_timeout, self.gpu_session, self.auto_rebuild,
+            self.suspender,
         )  # fmt: skip
         self._check_ctx = CheckContext(
             bridge, settings, self.ops, self.user_cell_running, self.require_agent
@@ -191,7 +207,11 @@ class Lifecycle:
             self._recovery.cancel()
             await asyncio.gather(self._recovery, return_exceptions=True)
         await self.ops.drain(STOP_GRACE)
+        if self.kept is not None:  # their checkpoints are written: stop them, paused
+            await self.kept.let_all_go()
         await self.capacity.stop()
+        if self.suspender is not None:
+            self.suspender.close()
 
     async def cull(self, session_id: str, reason: str) -> None:
         """Shut the kernel down without a checkpoint (an admin's ``cull`` policy)."""
@@ -259,6 +279,7 @@ class Lifecycle:
     async def describe_capacity(self) -> dict:
         out = await self.capacity.describe({s.id: s.path for s in self.table.sessions.values()})
         out["warm_kernels"] = self.warm.describe() if self.warm else []
+        out["tier"] = self.tier.to_json()
         out["warm_kernels_checked"] = iso(self.warm.checked_at) if self.warm else None
         return out
 
@@ -420,6 +441,35 @@ class Lifecycle:
             s, EventType.DISCARDED, "user", delete_checkpoints=delete_checkpoints
         )
 
+    async def _from_suspended(self, s: Session, op: Op | None, in_place: bool) -> bool:
+        """Resume a suspended session (under the admission lock): in place (True), or, when
+        asked for elsewhere (the CPU, a checkpoint, a kernel), from its written checkpoint
+        once the kept kernel is let go (False)."""
+        written = (s.suspended or {}).get("checkpoint") == "written"
+        if not in_place and not written:
+            raise WrongState(
+                "its state is only in the suspended kernel (the checkpoint was not written): "
+                "resume it in place, on a GPU, without device, checkpoint_id or into_kernel",
+                "suspended-not-written",
+            )
+        if op is not None:  # its checkpoint is being written: the kernel is wanted back now
+            await self.ops.cancel(op)
+        if not in_place:
+            if not (self.kept and await self.kept.let_go_now(s.id, "a resume from its checkpoint")):
+                await self.bridge.kill(s.kernel_id)
+                await self.table.suspended_gone(s, "its kept kernel was stopped")
+            return False
+        if self.kept is not None:
+            self.kept.drop(s.id)
+        await self.capacity.claim(s.id)
+        op = Op("resume", s, kernel_id=s.kernel_id)
+        resume = ResumeInPlace(self._resume_ctx, s, op)
+        resume.begin()
+        self.capacity.claimed(s.id)
+        await self.table.persist(s)
+        self.ops.start(op, resume.run())
+        return True
+
     # -- rebuild -------------------------------------------------------------------------------
     async def rebuild(
         self,
@@ -527,6 +577,11 @@ class Lifecycle:
                 if device == "cpu" and s.state == "waiting":
                     op.control.cpu_now()
                 return s
+            if s.state == "suspended":
+                in_place = device in (None, "gpu") and not (checkpoint_id or into_kernel)
+                if await self._from_suspended(s, op, in_place):
+                    return s
+                op = None  # its kept kernel let go: resumed from its checkpoint below
             if op or not (s.state == "paused" or (s.state == "failed" and s.checkpoint)):
                 raise WrongState(f"cannot resume: the session is {s.state}")
             await self.checkpoints.require_key()

@@ -45,6 +45,9 @@ class Op:
     reason: str = "user"  # who asked: "user" or "policy:<name>", for the events
     task: asyncio.Task | None = None
     committed: bool = False  # pause: manifest verified, cancel no longer possible
+    # pause: the kernel is suspended in place (the GPU released): its state lives only in
+    # the kernel until the checkpoint is written, so a stopping server lets the write finish
+    suspended: bool = False
     control: object | None = None  # the running Pause or Resume (a resume: ``cpu_now``)
     # set by whoever cancels a pause for its own reason (a stopping server, shutdown.py):
     # called with the session instead of recording a user's cancel
@@ -101,7 +104,7 @@ class Operations:
     async def drain(self, timeout: float) -> None:
         """Server stop: cancel what is not committed, give the rest ``timeout`` seconds."""
         for op in list(self._ops.values()):
-            if op.task and not op.committed:
+            if op.task and not (op.committed or op.suspended):
                 op.task.cancel()
         tasks = [op.task for op in self._ops.values() if op.task]
         if tasks:

@@ -5,6 +5,13 @@ shut down and its GPU released.
 Before the commit point every failure, whatever its kind, leaves the kernel running with its
 state and the session ``active`` with the error; after it the checkpoint is safe, and a kernel
 that will not stop leaves the session ``failed`` with its state intact. Each outcome is an event.
+
+Under the suspend tier (``server/suspend/``) a GPU session's GPU is released before the commit
+point: once the agent has copied its tensors to host memory (its progress ``staged``), the
+driver suspends the kernel's CUDA state in place and the session is ``suspended`` while the
+blobs are written from those copies. A failure from there on loses nothing either: the kernel
+still holds every object, the session stays ``suspended`` saying why the checkpoint was not
+written, and a resume restores it in place (``inplace.py``).
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from ..state.clock import PhaseClock
 from ..state.errors import KernelDied, failure
 from ..state.event_types import EventType
 from ..state.model import Session, gpu_device_count
+from ..suspend.session import Suspension
 from .check import unverified_of
 from .context import PauseContext, progress_into
 from .operations import Op
@@ -32,6 +40,8 @@ class Pause:
         self.clock = PhaseClock()  # the events' phase timings (docs/metrics.md)
         self.gpu_released: float | None = None  # seconds from the request to the shutdown
         self.unverified: dict | None = None  # saved but not test-restored (kernel/trial.py)
+        self.suspension: Suspension | None = None  # under the suspend tier, a GPU session's
+        self.kept: str | None = None  # kept suspended after the commit, until: why let go
 
     def begin(self, busy: bool) -> None:
         """The session enters ``pausing`` (admission calls this under its lock, before the
@@ -55,27 +65,71 @@ class Pause:
         try:
             manifest = await self._checkpoint()
         except asyncio.CancelledError:
-            await self._cancelled()
+            if await self._suspended():
+                await self._unwritten(None)
+            else:
+                await self._cancelled()
             return
         except KernelDied as e:
+            await self._suspended()
             await self._lost(e)
             return
         except Exception as e:
-            await self._refused(e)
+            if await self._suspended():
+                await self._unwritten(e)
+            else:
+                await self._refused(e)
             return
         finally:
             s.progress = None
             if self.cid and self.ctx.upkeep:  # written, or never will be
                 self.ctx.upkeep.drop_intents(self.cid)
+        suspended = await self._suspended()
+        if suspended and await self._keep(manifest):
+            return
+        await self._stop(manifest, suspended)
+
+    async def _stop(self, manifest, suspended: bool) -> None:
+        """Stop the kernel once its checkpoint is safe; a suspended one is killed (its exit
+        would run CUDA teardown, which blocks while it is suspended)."""
         try:
             self.clock.enter("shutdown")
-            await self.ctx.bridge.shutdown(self.kernel_id)
-            self.gpu_released = self.clock.since_start()
-            await self.ctx.capacity.release(s.id)
+            stop = self.ctx.bridge.kill if suspended else self.ctx.bridge.shutdown
+            await stop(self.kernel_id)
+            if self.gpu_released is None:
+                self.gpu_released = self.clock.since_start()
+            await self.ctx.capacity.release(self.s.id)
         except (Exception, asyncio.CancelledError) as e:
             await self._kernel_kept(manifest, e)
             return
         await self._paused(manifest)
+
+    # -- the suspend tier (server/suspend/session.py) ------------------------------------------
+    async def _suspended(self) -> bool:
+        return bool(self.suspension and await self.suspension.settled())
+
+    async def _keep(self, manifest) -> bool:
+        """``keep_suspended_seconds``: keep the suspended kernel for a resume in place."""
+        ctx = self.ctx
+        if ctx.kept is None or ctx.keep_seconds <= 0:
+            return False
+        let_go = lambda why: self._let_go(manifest, why)  # noqa: E731
+        await self.suspension.keep(ctx.kept, ctx.keep_seconds, checkpoint_brief(manifest), let_go)
+        return True
+
+    async def _let_go(self, manifest, why: str) -> None:
+        """A kept kernel's time is up (or the host needs its memory): stop it, paused."""
+        s = self.s
+        if s.state != "suspended" or s.kernel_id != self.kernel_id:
+            return  # a resume took it meanwhile
+        s.state, s.message, self.kept = "pausing", f"Stopping the suspended kernel: {why}", why
+        await self._stop(manifest, True)
+
+    async def _unwritten(self, e: BaseException | None) -> None:
+        reason, text = failure(e) if e is not None else ("cancelled", "the pause was cancelled")
+        if reason == "internal":
+            self.ctx.log.error("jupyter_gpu_pause: pause of %s", self.s.path, exc_info=e)
+        await self.suspension.unwritten(reason, text, self._timings())
 
     async def _checkpoint(self):
         """Everything before the commit point; returns the verified manifest."""
@@ -88,6 +142,11 @@ class Pause:
         s.message = "Writing checkpoint"
         s.progress = {"phase": "capturing", "done_bytes": 0, "total_bytes": None}
         cid = self.cid = new_checkpoint_id()
+        if ctx.suspender is not None and ctx.gpu_session(s):
+            self.suspension = Suspension(
+                s, ctx.suspender, ctx.table, ctx.capacity.release, ctx.log, self.reason
+            )
+        suspend = bool(self.suspension and self.suspension.ask(ctx.bridge.pid(self.kernel_id)))
         result = await ctx.bridge.run_agent(
             self.kernel_id,
             "capture",
@@ -100,6 +159,7 @@ class Pause:
                 "max_bytes": settings.max_checkpoint_bytes,
                 "verify": settings.verify,
                 "test_restore": settings.test_restore,
+                "suspend": suspend,
             },
             # the agent's first "writing" progress ends the capture; its last, the writing
             self.clock.follow(
@@ -127,18 +187,27 @@ class Pause:
         s.message = f"Checkpoint {manifest.id} saved; shutting the kernel down"
         return manifest
 
+    def _released(self) -> float:
+        """The kernel was suspended: its GPU is released now."""
+        self.op.suspended = True
+        self.gpu_released = self.clock.since_start()
+        return self.gpu_released
+
     def _progress(self, p: dict) -> None:
         """The agent's progress into the session; the packages its capture found (sent once,
         as the writing begins) to the warm kernel pool, not to the session."""
         packages = p.get("packages")
         if packages and self.ctx.warm:
             self.ctx.warm.expect(self.s, packages)
+        if p["phase"] == "staged" and self.suspension is not None:
+            self.suspension.staged(p.get("host_bytes") or 0, self._released)
         progress_into(self.s)(p)
 
     # -- outcomes -------------------------------------------------------------------------------
     async def _paused(self, manifest) -> None:
         s = self.s
         s.state, s.kernel_id, s.error, s.device, s.grant = "paused", None, None, None, None
+        s.suspended = None
         s.gpu_devices_paused = gpu_device_count(s.gpu)  # reclaimed from now on, per device
         s.checkpoint = checkpoint_brief(manifest)
         skipped = manifest.doc["skipped"]
@@ -162,6 +231,9 @@ class Pause:
             bytes=manifest.total_bytes,
             skipped=skipped,
             message=s.message,
+            suspended=self.op.suspended,
+            not_suspended=self.suspension.why_not if self.suspension else None,
+            kept=self.kept,
             **self._timings(manifest),
         )
         if self.ctx.upkeep:  # retention, once this pause has ended

@@ -10,71 +10,12 @@ still missing afterwards, so the UI never offers what is already back.
 
 from __future__ import annotations
 
-from ..state.errors import GpuPauseError, failure
+from ..kernels.replies import MAX_CODE, pairs, read_result
+from ..state.errors import failure
 from ..state.event_types import EventType
 from ..state.model import Session
 from .context import ResumeContext, progress_into
 from .operations import Op
-
-MAX_CODE = 200  # characters of a cell's first line kept in the session and events
-
-
-def _count(x) -> bool:
-    return x is None or (isinstance(x, int) and not isinstance(x, bool))
-
-
-def _number(x) -> bool:
-    return x is None or (isinstance(x, int | float) and not isinstance(x, bool))
-
-
-def _text(x) -> bool:
-    return x is None or isinstance(x, str)
-
-
-def _pairs(items, second: str) -> bool:
-    return isinstance(items, list) and all(
-        isinstance(i, dict) and isinstance(i.get("name"), str) and isinstance(i.get(second), str)
-        for i in items
-    )
-
-
-def check_offer(offer) -> dict | None:
-    """A ``rebuild`` plan from the agent, trimmed, or None when it is not one: the server keeps
-    and shows it, so only the fields of DESIGN §12 (plus ``unbuildable``, ``text``,
-    ``problem``) pass."""
-    if not isinstance(offer, dict):
-        return None
-    names, cells = offer.get("names"), offer.get("cells")
-    if not (isinstance(names, list) and all(isinstance(n, str) for n in names)):
-        return None
-    if not isinstance(cells, list) or not all(
-        isinstance(c, dict)
-        and _count(c.get("execution_count"))
-        and _number(c.get("seconds"))
-        and isinstance(c.get("code", ""), str)
-        for c in cells
-    ):
-        return None
-    unbuildable = offer.get("unbuildable", [])
-    if not (_number(offer.get("seconds")) and _pairs(unbuildable, "reason")):
-        return None
-    if not (_text(offer.get("text")) and _text(offer.get("problem"))):
-        return None
-    return {
-        "names": names,
-        "cells": [
-            {
-                "execution_count": c.get("execution_count"),
-                "seconds": c.get("seconds"),
-                "code": c.get("code", "")[:MAX_CODE],
-            }
-            for c in cells
-        ],
-        "seconds": offer.get("seconds"),
-        "unbuildable": [{"name": u["name"], "reason": u["reason"]} for u in unbuildable],
-        "text": offer.get("text"),
-        "problem": offer.get("problem"),
-    }
 
 
 def auto_runs(offer: dict | None, limit: float) -> bool:
@@ -132,26 +73,13 @@ class Rebuild:
         await tell(ctx, s, self.op.reason, result, offer, plan)
 
 
-def read_result(result) -> tuple[dict | None, dict]:
-    """(what is still to rebuild, the plan that ran) of a rebuild result from the kernel."""
-    if not isinstance(result, dict):
-        result = {}
-    offer = check_offer(result.get("offer")) if result.get("offer") else None
-    plan = check_offer(result.get("plan"))
-    if plan is None or (result.get("offer") and offer is None):
-        raise GpuPauseError(
-            "the kernel's agent sent a rebuild result the server cannot read", "bad-agent-reply"
-        )
-    return offer, plan
-
-
 async def tell(ctx, s: Session, by: str, result: dict, offer: dict | None, plan: dict) -> None:
     """The outcome of a rebuild on the session (its message, what is still to rebuild) and
     as one event: ``by`` the user, ``auto``, or ``kernel`` (``gp.rebuild()`` in a cell)."""
     if s.restore is not None:
         s.restore = {**s.restore, "rebuild": offer}
     failed = result.get("failed") if isinstance(result.get("failed"), dict) else None
-    shared = result.get("shared") if _pairs(result.get("shared"), "reason") else []
+    shared = result.get("shared") if pairs(result.get("shared"), "reason") else []
     rebuilt = [n for n in result.get("rebuilt") or [] if isinstance(n, str)]
     left = "; ".join(f"{u['name']}: {u['reason']}" for u in plan["unbuildable"])
     if result.get("needs_confirm"):

@@ -17,6 +17,7 @@ from ...store import IntegrityError, StoreError
 from ...store.format import iso, utcnow
 from ...units import age_text, count_text
 from ..capacity import Grant
+from ..kernels.replies import check_restore_report
 from ..state.checkpoints import checkpoint_brief, gpu_bytes, gpu_bytes_per_device
 from ..state.clock import PhaseClock
 from ..state.errors import AgentFailed, GpuPauseError, failure
@@ -24,7 +25,7 @@ from ..state.event_types import EventType
 from ..state.model import Session
 from .context import ResumeContext, progress_into
 from .operations import Op
-from .rebuild import auto_runs, check_offer
+from .rebuild import auto_runs
 
 NONE_VALID = "no checkpoint of this session passed verification"
 MAX_FALLBACKS = 4  # older checkpoints an object that cannot be restored may come from
@@ -57,57 +58,6 @@ def older_text(x: dict) -> str:
     if age is None:
         return f"{x['name']} from checkpoint {x['checkpoint_id']}"
     return f"{x['name']} from checkpoint {x['checkpoint_id']}, {age_text(age)} older"
-
-
-def _device_targets(devices) -> bool:
-    """``{"cuda:3": "cuda:0" | "cpu"}``: where each saved device's tensors went."""
-    return isinstance(devices, dict) and all(
-        isinstance(k, str) and isinstance(v, str) and len(k) < 40 and len(v) < 40
-        for k, v in devices.items()
-    )
-
-
-def check_restore_report(report: dict) -> dict:
-    """The agent's restore report, if it has the shape the session and the UI rely on."""
-
-    def names(items) -> bool:
-        return isinstance(items, list) and all(isinstance(x, str) for x in items)
-
-    def pairs(items, second: str) -> bool:
-        return isinstance(items, list) and all(
-            isinstance(x, dict)
-            and isinstance(x.get("name"), str)
-            and isinstance(x.get(second), str)
-            for x in items
-        )
-
-    def fallbacks(items) -> bool:
-        return isinstance(items, list) and all(
-            isinstance(x, dict)
-            and isinstance(x.get("name"), str)
-            and isinstance(x.get("checkpoint_id"), str)
-            and isinstance(x.get("older_seconds"), (int, float, type(None)))
-            for x in items
-        )
-
-    if "rebuild" in report and report["rebuild"] is not None:
-        report["rebuild"] = check_offer(report["rebuild"])
-        if report["rebuild"] is None:
-            raise AgentFailed(
-                "the kernel's agent sent a rebuild plan the server cannot read", "bad-agent-reply"
-            )
-    if not (
-        fallbacks(report.get("fallback", []))
-        and names(report.get("restored"))
-        and names(report.get("registered"))
-        and pairs(report.get("failed"), "reason")
-        and pairs(report.get("skipped"), "reason")
-        and _device_targets(report.get("devices", {}))
-    ):
-        raise AgentFailed(
-            "the kernel's agent sent a restore report the server cannot read", "bad-agent-reply"
-        )
-    return report
 
 
 class Resume:

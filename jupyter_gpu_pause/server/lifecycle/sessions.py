@@ -116,6 +116,8 @@ class SessionTable:
             if s.state in ("waiting", "restoring"):
                 s.state, s.message = "paused", "Resume was interrupted by a server restart"
                 await self.records.save(s)
+            if s.state == "suspended":  # its kernel ended with the server that suspended it
+                await self.suspended_gone(s, "the server stopped")
         await self.refresh()
 
     async def refresh(self) -> None:
@@ -169,6 +171,12 @@ class SessionTable:
                 and not self.bridge.is_running(s.kernel_id)
             ):
                 await self.kernel_gone(s)
+            elif (
+                s.state == "suspended"
+                and s.id not in self.ops
+                and self.bridge.pid(s.kernel_id) not in (s.suspended or {}).get("pids", [])
+            ):
+                await self.suspended_gone(s, "the suspended kernel ended")
 
     def _start_cell_log(self, s: Session) -> None:
         """Have a new kernel record its cells from now on (``kernel/cells.py``): a resume can
@@ -218,6 +226,30 @@ class SessionTable:
             "is the last saved state"
         )
         await self.persist(s)
+
+    async def suspended_gone(self, s: Session, why: str) -> None:
+        """A suspended kernel ended (killed, or with the server): paused if its checkpoint was
+        written; else its memory is lost, and the session says so and what remains."""
+        written = (s.suspended or {}).get("checkpoint") == "written"
+        s.kernel_id, s.suspended, s.device, s.grant = None, None, None, None
+        if written:
+            s.state = "paused"
+            s.message = f"Paused — {why}; checkpoint {s.checkpoint['id']} holds its state"
+            await self.persist(s)
+            return
+        older = (
+            f"; checkpoint {s.checkpoint['id']} from {s.checkpoint['created']} can be restored"
+            if s.checkpoint
+            else "; there is no earlier checkpoint of this session"
+        )
+        await self.fail(
+            s,
+            EventType.PAUSE_FAILED,
+            "kernel",
+            reason="kernel-died",
+            text=f"{why} before its checkpoint was written: its memory is lost{older}",
+            intact=bool(s.checkpoint),
+        )
 
     async def persist(self, s: Session) -> None:
         """Save a session's record; a failing records database is logged, never raised, so

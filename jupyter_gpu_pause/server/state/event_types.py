@@ -38,6 +38,7 @@ class EventType(StrEnum):
     SERVER_STOP_FAILED = "server_stop_failed"  # the Hub did not stop the server
     REBUILT = "rebuilt"  # re-run cells made names the resume did not bring back
     REBUILD_FAILED = "rebuild_failed"  # a rebuild stopped (a cell raised) or asks to confirm
+    SUSPENDED = "suspended"  # the GPU was released; the kernel lives on, its checkpoint written
 
     @classmethod
     def failed(cls, operation: str) -> EventType:

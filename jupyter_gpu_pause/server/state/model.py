@@ -8,7 +8,7 @@ from datetime import datetime
 
 from ...store.format import iso, utcnow
 
-STATES = ("active", "idle", "pausing", "paused", "waiting", "restoring", "failed")
+STATES = ("active", "idle", "pausing", "suspended", "paused", "waiting", "restoring", "failed")
 RUNNING = ("active", "idle")
 
 
@@ -39,6 +39,9 @@ class Session:
     # None (not placed by a resume); and the grant: {"devices": [GPU UUIDs], "bytes": n}
     device: str | None = None
     grant: dict | None = None
+    # suspended in place (server/suspend/): {"since", "pids", "host_bytes", "gpu_bytes",
+    # "checkpoint": "writing" | "written" | "failed", "kept_until", "gpu_released_seconds"}
+    suspended: dict | None = None
     # the last pause or resume to end, with where its time went (sessions.OUTCOMES)
     last_operation: dict | None = None
     progress: dict | None = field(default=None, compare=False)

@@ -33,6 +33,14 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
+def _suspended(d: dict | None) -> dict | None:
+    """What the API shows of a suspension (its process ids stay on the server)."""
+    if not d:
+        return None
+    keys = ("since", "host_bytes", "checkpoint", "kept_until", "gpu_released_seconds")
+    return {k: d.get(k) for k in keys}
+
+
 def session_json(
     s: Session,
     kernel,
@@ -85,6 +93,7 @@ def session_json(
         "progress": s.progress,
         "queue_position": s.queue_position,
         "waiting": s.waiting if s.state == "waiting" else None,
+        "suspended": _suspended(s.suspended) if s.state == "suspended" else None,
         "device": s.device,
         "gpu_session": gpu_session,
         "running_elsewhere": elsewhere,

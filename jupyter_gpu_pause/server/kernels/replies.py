@@ -1,0 +1,125 @@
+"""What the server accepts of the agent's replies beyond the checkpoint itself (checked by
+``store.schema``): the restore report and the rebuild plans. The kernel runs user code, so a
+reply is read only through these checks, and only the fields the session and the UI rely on
+pass, trimmed.
+"""
+
+from __future__ import annotations
+
+from ..state.errors import AgentFailed, GpuPauseError
+
+MAX_CODE = 200  # characters of a cell's first line kept in the session and events
+
+
+def _count(x) -> bool:
+    return x is None or (isinstance(x, int) and not isinstance(x, bool))
+
+
+def _number(x) -> bool:
+    return x is None or (isinstance(x, int | float) and not isinstance(x, bool))
+
+
+def _text(x) -> bool:
+    return x is None or isinstance(x, str)
+
+
+def pairs(items, second: str) -> bool:
+    return isinstance(items, list) and all(
+        isinstance(i, dict) and isinstance(i.get("name"), str) and isinstance(i.get(second), str)
+        for i in items
+    )
+
+
+def check_offer(offer) -> dict | None:
+    """A ``rebuild`` plan from the agent, trimmed, or None when it is not one: the server keeps
+    and shows it, so only the fields of DESIGN §12 (plus ``unbuildable``, ``text``,
+    ``problem``) pass."""
+    if not isinstance(offer, dict):
+        return None
+    names, cells = offer.get("names"), offer.get("cells")
+    if not (isinstance(names, list) and all(isinstance(n, str) for n in names)):
+        return None
+    if not isinstance(cells, list) or not all(
+        isinstance(c, dict)
+        and _count(c.get("execution_count"))
+        and _number(c.get("seconds"))
+        and isinstance(c.get("code", ""), str)
+        for c in cells
+    ):
+        return None
+    unbuildable = offer.get("unbuildable", [])
+    if not (_number(offer.get("seconds")) and pairs(unbuildable, "reason")):
+        return None
+    if not (_text(offer.get("text")) and _text(offer.get("problem"))):
+        return None
+    return {
+        "names": names,
+        "cells": [
+            {
+                "execution_count": c.get("execution_count"),
+                "seconds": c.get("seconds"),
+                "code": c.get("code", "")[:MAX_CODE],
+            }
+            for c in cells
+        ],
+        "seconds": offer.get("seconds"),
+        "unbuildable": [{"name": u["name"], "reason": u["reason"]} for u in unbuildable],
+        "text": offer.get("text"),
+        "problem": offer.get("problem"),
+    }
+
+
+def read_result(result) -> tuple[dict | None, dict]:
+    """(what is still to rebuild, the plan that ran) of a rebuild result from the kernel."""
+    if not isinstance(result, dict):
+        result = {}
+    offer = check_offer(result.get("offer")) if result.get("offer") else None
+    plan = check_offer(result.get("plan"))
+    if plan is None or (result.get("offer") and offer is None):
+        raise GpuPauseError(
+            "the kernel's agent sent a rebuild result the server cannot read", "bad-agent-reply"
+        )
+    return offer, plan
+
+
+def _device_targets(devices) -> bool:
+    """``{"cuda:3": "cuda:0" | "cpu"}``: where each saved device's tensors went."""
+    return isinstance(devices, dict) and all(
+        isinstance(k, str) and isinstance(v, str) and len(k) < 40 and len(v) < 40
+        for k, v in devices.items()
+    )
+
+
+def check_restore_report(report: dict) -> dict:
+    """The agent's restore report, if it has the shape the session and the UI rely on."""
+
+    def names(items) -> bool:
+        return isinstance(items, list) and all(isinstance(x, str) for x in items)
+
+    def fallbacks(items) -> bool:
+        return isinstance(items, list) and all(
+            isinstance(x, dict)
+            and isinstance(x.get("name"), str)
+            and isinstance(x.get("checkpoint_id"), str)
+            and isinstance(x.get("older_seconds"), (int, float, type(None)))
+            for x in items
+        )
+
+    if "rebuild" in report and report["rebuild"] is not None:
+        report["rebuild"] = check_offer(report["rebuild"])
+        if report["rebuild"] is None:
+            raise AgentFailed(
+                "the kernel's agent sent a rebuild plan the server cannot read", "bad-agent-reply"
+            )
+    if not (
+        fallbacks(report.get("fallback", []))
+        and names(report.get("restored"))
+        and names(report.get("registered"))
+        and pairs(report.get("failed"), "reason")
+        and pairs(report.get("skipped"), "reason")
+        and _device_targets(report.get("devices", {}))
+    ):
+        raise AgentFailed(
+            "the kernel's agent sent a restore report the server cannot read", "bad-agent-reply"
+        )
+    return report

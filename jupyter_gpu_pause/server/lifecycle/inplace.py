@@ -1,0 +1,87 @@
+"""A resume in place: the session's kernel is suspended (``pause.py``, the suspend tier), so its
+CUDA state goes back onto the GPU instead of a new kernel reading the checkpoint. Wait for
+capacity as any resume (``waiting``, its place in line) → the driver restores and unlocks the
+kernel's processes → ``active``: the same kernel, every variable as it was.
+
+If it cannot (no GPU in time, the driver refuses, cancelled): a kernel whose checkpoint was
+never written stays ``suspended`` with every variable, saying why, and Resume tries again; one
+whose checkpoint is written is stopped, the session ``paused``, and the next resume starts a new
+kernel from that checkpoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from ...store.format import iso
+from ..state.errors import failure
+from ..state.event_types import EventType
+from ..state.model import Session
+from ..suspend.session import not_back
+from .context import ResumeContext
+from .operations import Op
+from .resume import Resume, ResumeOptions
+
+
+def per_device(suspended: dict) -> list[int]:
+    """The GPU memory the suspended kernel held, per device (one device if unknown)."""
+    devices = max(1, len(suspended.get("devices") or []))
+    total = int(suspended.get("gpu_bytes") or 0)
+    return [total // devices] * devices
+
+
+class ResumeInPlace(Resume):
+    def __init__(self, ctx: ResumeContext, s: Session, op: Op):
+        super().__init__(ctx, s, op, ResumeOptions(()))
+        op.kernel_id = s.kernel_id
+
+    def cpu_now(self) -> None:
+        """A suspended kernel's CUDA state can only go back onto a GPU: it keeps its place."""
+
+    async def run(self) -> None:
+        s, ctx = self.s, self.ctx
+        suspended = dict(s.suspended or {})
+        try:
+            self.clock.enter("capacity")
+            need = ctx.capacity.need(s.id, per_device(suspended))
+            grant = await self._wait_in_line(need, "gpu")
+            s.state, s.device = "restoring", "gpu"
+            s.grant = {"devices": grant.devices, "bytes": grant.bytes}
+            s.message = "Restoring in place: copying the kernel's memory back to the GPU"
+            s.progress = {"phase": "restoring", "done_bytes": 0, "total_bytes": None}
+            self.clock.enter("read")
+            await ctx.suspender.restore(suspended.get("pids") or [])
+        except (Exception, asyncio.CancelledError) as e:
+            await ctx.capacity.release(s.id)
+            await self._not_back(suspended, e)
+            return
+        finally:
+            s.progress, s.queue_position, s.waiting = None, None, None
+        timings = self.clock.report()
+        s.state, s.error, s.suspended = "active", None, None
+        s.message = "Resumed in place: the same kernel, every variable as it was"
+        await ctx.table.persist(s)
+        await ctx.table.record_event(
+            s,
+            EventType.RESUMED,
+            "user",
+            in_place=True,
+            kernel_id=s.kernel_id,
+            checkpoint_id=(s.checkpoint or {}).get("id"),
+            device="gpu",
+            devices=grant.devices,
+            waited_seconds=round(self.waited, 3),
+            granted_at=iso(self.granted_at) if self.granted_at else None,
+            message=s.message,
+            **timings,
+        )
+
+    async def _not_back(self, suspended: dict, e: BaseException) -> None:
+        if isinstance(e, asyncio.CancelledError):
+            reason, text = "cancelled", "the resume was cancelled"
+        else:
+            reason, text = failure(e)
+        ctx = self.ctx
+        await not_back(
+            ctx.table, ctx.bridge.kill, self.s, suspended, reason, text, self.clock.report()
+        )
