@@ -121,6 +121,37 @@ def test_pause_wait_then_resume_wait_brings_the_variable_back(server, cli):
     assert types.index("paused") < types.index("resumed"), types
 
 
+SUSPEND_CONFIG = """
+c.GpuPauseApp.cuda_checkpoint_class = "tests.fakes.FakeCudaCheckpoint"
+c.GpuPauseApp.gpu_kernelspecs = ["python3*"]
+c.GpuPauseApp.policies = []
+"""
+
+
+def test_pause_wait_follows_a_suspended_pause_to_paused(tmp_path):
+    # Given a server where pauses suspend in place (the driver is the declared fake)
+    s = Server(tmp_path, config=SUSPEND_CONFIG)
+    root = str(Path(__file__).resolve().parents[1])
+    s.env["PYTHONPATH"] = os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])
+    s.start()
+    try:
+        env = {**cli_env(s.runtime), "JUPYTER_CONFIG_DIR": str(s.tmp / "config")}
+        nb = s.open_notebook("suspend.ipynb")
+        s.run(nb["kernel_id"], "x = 42")
+        assert "tier: suspend" in run_cli(env, "capacity").stdout
+        # When it is paused, followed to its end (plain lines: not a terminal)
+        paused = run_cli(env, "pause", "suspend.ipynb", "--wait")
+        # Then the command goes through `suspended` and ends once the session is paused
+        assert paused.returncode == 0, paused.stderr
+        assert "suspend.ipynb: suspended" in paused.stdout, paused.stdout
+        assert "suspend.ipynb: Paused" in paused.stdout
+        # And the resume brings x back
+        back = as_json(run_cli(env, "resume", "suspend.ipynb", "--wait", "--json"))
+        assert s.run(back["kernel_id"], "print(x)").strip() == "42"
+    finally:
+        s.stop()
+
+
 def test_a_pause_that_fails_under_wait_exits_1_and_the_kernel_keeps_its_state(server, cli):
     # Given a notebook that registered an object no checkpoint can hold (a generator)
     s = server.open_notebook("unsaveable.ipynb")

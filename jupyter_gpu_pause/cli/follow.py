@@ -29,8 +29,21 @@ RUNNING = ("active", "idle")
 GOING = {"pause": ("pausing",), "resume": ("waiting", "restoring")}
 
 
+def _checkpoint(s: dict) -> str | None:
+    """A suspended session's checkpoint: ``writing``, ``written`` (kept) or ``failed``."""
+    return (s.get("suspended") or {}).get("checkpoint") if s["state"] == "suspended" else None
+
+
+def going(kind: str, s: dict) -> bool:
+    """The operation goes on: a pause is not over while a suspended kernel's checkpoint is
+    being written (docs/suspend.md)."""
+    return s["state"] in GOING[kind] or (kind == "pause" and _checkpoint(s) == "writing")
+
+
 def succeeded(kind: str, s: dict) -> bool:
-    return s["state"] == "paused" if kind == "pause" else s["state"] in RUNNING
+    if kind == "pause":  # paused, or suspended and kept with its checkpoint written
+        return s["state"] == "paused" or _checkpoint(s) == "written"
+    return s["state"] in RUNNING
 
 
 def stage(s: dict) -> str:
@@ -64,7 +77,7 @@ def follow(client: Client, session: dict, kind: str, out: Output) -> dict:
 def _sessions(client: Client, s: dict, kind: str):
     """The session as it changes, until the operation has ended (the last one yielded)."""
     yield s
-    while s["state"] in GOING[kind]:
+    while going(kind, s):
         time.sleep(POLL)
         s = client.get(session_path(s["id"]))
         yield s
@@ -74,7 +87,7 @@ def _with_lines(client, session, kind, out) -> dict:
     last = None
     for s in _sessions(client, session, kind):
         now = stage(s)
-        if now != last and not out.json and s["state"] in GOING[kind]:
+        if now != last and not out.json and going(kind, s):
             total = (s.get("progress") or {}).get("total_bytes")
             out.line(f"{s['path']}: {now}" + (f" ({size_text(total)})" if total else ""))
         last = now

@@ -125,8 +125,8 @@ class ReportCommand(Command):
 class CapacityCommand(Command):
     name = "jupyter-gpu-pause-capacity"
     description = (
-        "The capacity provider, its GPUs and limits, who holds them, the queue, and the warm "
-        "kernels kept for resumes."
+        "The capacity provider, the pause tier in force, its GPUs and limits, who holds them, "
+        "the queue, and the warm kernels kept for resumes."
     )
 
     def run(self, out: Output):
@@ -140,6 +140,9 @@ class CapacityCommand(Command):
             f"{usage.get('sessions', 0)} GPU session(s) holding "
             f"{size_text(usage.get('gpu_bytes', 0))}"
         )
+        tier = doc.get("tier")
+        if tier:  # which pause tier is in force, and why (docs/suspend.md)
+            out.line(f"tier: {tier['name']} — {tier['reason']}")
         limits = {k: v for k, v in (doc.get("limits") or {}).items() if v}
         if limits:
             out.line("limits: " + ", ".join(f"{k} {v}" for k, v in limits.items()))
