@@ -417,7 +417,7 @@ class Lifecycle:
 
     async def delete(self, session_id: str, delete_checkpoints: bool = False) -> None:
         s = self.table.get(session_id)
-        if s.state in RUNNING or s.id in self.ops:
+        if s.state in RUNNING + ("suspended",) or s.id in self.ops:
             raise WrongState(
                 f"cannot delete a session that is {s.state}; pause it or shut its kernel down first"
             )
