@@ -11,6 +11,7 @@ import type { ISignal } from '@lumino/signaling';
 import type { GpuPauseAPI } from './api';
 import type { SessionsModel } from './model';
 import type { IRebuildPlan } from './rebuildTypes';
+import type { IAccounting } from './reportTypes';
 
 export type {
   IRebuildCell,
@@ -18,6 +19,7 @@ export type {
   IRebuildPlan,
   IRebuiltDetail
 } from './rebuildTypes';
+export type { IAccounting, IGpuHours, IReport } from './reportTypes';
 
 /**
  * Identifiers of the commands this extension registers.
@@ -267,16 +269,6 @@ export interface IRestoreReport {
 }
 
 /**
- * GPU time a session has held, for the accounting.
- */
-export interface IAccounting {
-  /** Seconds the session's kernel held a GPU. */
-  gpu_seconds_held: number;
-  /** Of which, seconds it held one while idle. */
-  gpu_seconds_idle: number;
-}
-
-/**
  * A tracked notebook or console and its kernel.
  */
 export interface ISession {
@@ -428,30 +420,6 @@ export interface ICheckReport {
   registered?: string[];
   /** Why a pause would fail (a registered name cannot be saved); `null` when it would not. */
   error?: string | null;
-}
-
-/**
- * GPU hours in one bucket of the report.
- */
-export interface IGpuHours {
-  /** Hours a GPU was held. */
-  gpu_hours_held: number;
-  /** Of which, hours held while idle. */
-  gpu_hours_idle: number;
-  /** Hours given back by pauses. */
-  gpu_hours_reclaimed: number;
-}
-
-/**
- * GPU-hours accounting, as answered by `GET report`.
- */
-export interface IReport {
-  /** Start of the period (ISO 8601 UTC). */
-  since: string;
-  /** All sessions together. */
-  total: IGpuHours;
-  /** One entry per day, oldest first. */
-  days: (IGpuHours & { day: string })[];
 }
 
 /**
