@@ -22,7 +22,8 @@ import {
   fileName,
   pauseFailedText,
   resumedText,
-  skippedText
+  skippedText,
+  warnedText
 } from './notifyText';
 import {
   CommandIDs,
@@ -364,34 +365,7 @@ export class EventNotifier implements IDisposable {
   private _warn(event: IEvent, path: string): void {
     const { trans } = this._options;
     const action = event.detail.action ?? 'pause';
-    const at = event.detail.pause_at
-      ? new Date(event.detail.pause_at).toLocaleTimeString()
-      : '';
-    const policy = event.reason.replace(/^policy:/, '');
-    let text: string;
-    if (action === 'cull') {
-      text = trans.__(
-        '%1 is idle: its kernel will be shut down at %2 without saving (policy %3).',
-        path,
-        at,
-        policy
-      );
-    } else if (action === 'pause') {
-      text = trans.__(
-        '%1 is idle: it will be paused at %2 to release its GPU (policy %3).',
-        path,
-        at,
-        policy
-      );
-    } else {
-      text = trans.__(
-        '%1 has been idle since %2 (policy %3).',
-        path,
-        at,
-        policy
-      );
-    }
-    text += skippedText(event.detail.skipped, trans, true);
+    const text = warnedText(path, event, trans);
     const actions = [
       this._action(
         trans.__('Keep running'),

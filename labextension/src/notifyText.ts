@@ -53,6 +53,41 @@ function withoutPlan(event: IEvent): string {
 }
 
 /**
+ * The toast of an idle policy's warning: what it will do and when, the
+ * policy's name, and what will not survive a pause.
+ */
+export function warnedText(
+  path: string,
+  event: IEvent,
+  trans: TranslationBundle
+): string {
+  const action = event.detail.action ?? 'pause';
+  const at = event.detail.pause_at
+    ? new Date(event.detail.pause_at).toLocaleTimeString()
+    : '';
+  const policy = event.reason.replace(/^policy:/, '');
+  let text: string;
+  if (action === 'cull') {
+    text = trans.__(
+      '%1 is idle: its kernel will be shut down at %2 without saving (policy %3).',
+      path,
+      at,
+      policy
+    );
+  } else if (action === 'pause') {
+    text = trans.__(
+      '%1 is idle: it will be paused at %2 to release its GPU (policy %3).',
+      path,
+      at,
+      policy
+    );
+  } else {
+    text = trans.__('%1 has been idle since %2 (policy %3).', path, at, policy);
+  }
+  return text + skippedText(event.detail.skipped, trans, true);
+}
+
+/**
  * " Not saved: a, b." for the objects a pause skipped; '' when none.
  */
 export function skippedText(
