@@ -23,8 +23,10 @@ import {
   pauseFailedText,
   resumedText,
   skippedText,
+  suspendedEventText,
   warnedText
 } from './notifyText';
+import { resumeInPlaceHint } from './suspendText';
 import {
   CommandIDs,
   IEvent,
@@ -285,6 +287,24 @@ export class EventNotifier implements IDisposable {
         );
         this._refreshKernels();
         break;
+      case 'suspended':
+        // An outcome: the pause's or the resume's toast replaces it.
+        this._dismissWarning(sessionId);
+        this._outcome(
+          sessionId,
+          Notification.info(suspendedEventText(path, event, trans), {
+            autoClose: byPolicy ? false : 6000,
+            actions: [
+              this._action(
+                trans.__('Resume'),
+                CommandIDs.resume,
+                sessionId,
+                resumeInPlaceHint(trans)
+              )
+            ]
+          })
+        );
+        break;
       case 'pause_failed':
         this._dismissWarning(sessionId);
         this._outcome(
@@ -415,11 +435,12 @@ export class EventNotifier implements IDisposable {
   private _action(
     label: string,
     command: string,
-    sessionId: string
+    sessionId: string,
+    caption = label
   ): Notification.IAction {
     return {
       label,
-      caption: label,
+      caption,
       callback: () => {
         void this._options.commands.execute(command, { sessionId });
       }
