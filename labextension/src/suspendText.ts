@@ -1,8 +1,8 @@
 /**
- * The texts of suspend in place, shared by the panel, the notebook toolbar
- * and the status bar: a suspended kernel has released its GPU but lives on
- * with every variable, so it is never called paused, and Resume brings it
- * back in place. Pure functions: no DOM, no server.
+ * The texts of suspend in place, shared by the panel, the notebook toolbar,
+ * the status bar and the capacity line: a suspended kernel has released its
+ * GPU but lives on with every variable, so it is never called paused, and
+ * Resume brings it back in place. Pure functions: no DOM, no server.
  */
 import { suspendPhase } from './actions';
 import {
@@ -13,7 +13,7 @@ import {
   sentence,
   Trans
 } from './format';
-import { ISession } from './tokens';
+import { IPauseTier, ISession } from './tokens';
 
 /**
  * A short duration with a tenth of a second below ten seconds ("0.9 s"),
@@ -121,5 +121,40 @@ export function suspendedMessage(
       );
     default:
       return session.message ?? '';
+  }
+}
+
+/**
+ * The pause tier in force, in one line: "Pause tier: suspend in place —
+ * the CUDA driver 570.86 has the checkpoint API".
+ */
+export function tierText(tier: IPauseTier, trans: Trans): string {
+  const name =
+    tier.name === 'suspend'
+      ? trans.__('suspend in place')
+      : tier.name === 'checkpoint'
+        ? trans.__('checkpoint')
+        : tier.name;
+  return tier.reason
+    ? trans.__('Pause tier: %1 — %2', name, tier.reason)
+    : trans.__('Pause tier: %1', name);
+}
+
+/**
+ * What the pause tier in force means for a pause and a resume, for the
+ * tooltip of its line.
+ */
+export function tierHint(tier: IPauseTier, trans: Trans): string {
+  switch (tier.name) {
+    case 'suspend':
+      return trans.__(
+        'A pause releases the GPU first, keeping the kernel alive with every variable (suspended), then writes the checkpoint behind it. Resuming a suspended kernel brings it back in place.'
+      );
+    case 'checkpoint':
+      return trans.__(
+        'A pause writes the checkpoint, then shuts the kernel down. Resume starts a kernel and restores the variables into it.'
+      );
+    default:
+      return '';
   }
 }
