@@ -7,7 +7,7 @@
  * restored variables.
  */
 import { Notification } from '@jupyterlab/apputils';
-import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
+import { INotebookTracker } from '@jupyterlab/notebook';
 import { Session } from '@jupyterlab/services';
 import type { TranslationBundle } from '@jupyterlab/translation';
 import { CommandRegistry } from '@lumino/commands';
@@ -26,6 +26,7 @@ import {
   suspendedEventText,
   warnedText
 } from './notifyText';
+import { reattach } from './reattach';
 import { resumeInPlaceHint } from './suspendText';
 import {
   CommandIDs,
@@ -323,7 +324,12 @@ export class EventNotifier implements IDisposable {
           })
         );
         if (session) {
-          void this._reattach(session.path, event.detail.kernel_id as string);
+          void reattach(
+            this._options.tracker,
+            this._options.sessions,
+            session.path,
+            event.detail.kernel_id as string
+          );
         }
         break;
       case 'resume_failed':
@@ -452,35 +458,6 @@ export class EventNotifier implements IDisposable {
    */
   private _refreshKernels(): void {
     void this._options.sessions.refreshRunning().catch(() => undefined);
-  }
-
-  /**
-   * Point the notebook open at `path` to the kernel the resume started. The
-   * server already attached that kernel to the notebook's Jupyter session;
-   * Lab's copy of the session learns it from a refresh, or, when Lab had
-   * dropped the session while the kernel was paused, by joining it.
-   */
-  private async _reattach(path: string, kernelId: string): Promise<void> {
-    const { tracker, sessions } = this._options;
-    const panels: NotebookPanel[] = [];
-    tracker?.forEach(panel => {
-      if (notebookPath(panel) === path) {
-        panels.push(panel);
-      }
-    });
-    if (!panels.length || !kernelId) {
-      return;
-    }
-    await sessions.refreshRunning().catch(() => undefined);
-    for (const panel of panels) {
-      if (panel.sessionContext.session?.kernel?.id !== kernelId) {
-        await panel.sessionContext
-          .changeKernel({ id: kernelId })
-          .catch(error => {
-            console.warn('jupyter-gpu-pause: could not reattach', path, error);
-          });
-      }
-    }
   }
 
   private _isDisposed = false;
