@@ -295,26 +295,26 @@ export class EventNotifier implements IDisposable {
           sessionId,
           Notification.info(suspendedEventText(path, event, trans), {
             autoClose: byPolicy ? false : 6000,
-            actions: [
-              this._action(
-                trans.__('Resume'),
-                CommandIDs.resume,
-                sessionId,
-                resumeInPlaceHint(trans)
-              )
-            ]
+            actions: [this._resumeInPlace(sessionId)]
           })
         );
         break;
-      case 'pause_failed':
+      case 'pause_failed': {
         this._dismissWarning(sessionId);
+        // Behind a suspended kernel, which still holds every variable: a
+        // warning, with its Resume.
+        const text = pauseFailedText(path, session, message, trans);
         this._outcome(
           sessionId,
-          Notification.error(pauseFailedText(path, session, message, trans), {
-            autoClose: false
-          })
+          session?.state === 'suspended'
+            ? Notification.warning(text, {
+                autoClose: false,
+                actions: [this._resumeInPlace(sessionId)]
+              })
+            : Notification.error(text, { autoClose: false })
         );
         break;
+      }
       case 'resumed':
         this._told.set(sessionId, 'resumed');
         this._outcome(
@@ -436,6 +436,20 @@ export class EventNotifier implements IDisposable {
       Notification.dismiss(warning.id);
       this._warnings.delete(sessionId);
     }
+  }
+
+  /**
+   * Resume, in place: the action of a suspended kernel's toasts.
+   */
+  private _resumeInPlace(sessionId: string): Notification.IAction {
+    const { trans } = this._options;
+    const label = trans.__('Resume');
+    return this._action(
+      label,
+      CommandIDs.resume,
+      sessionId,
+      resumeInPlaceHint(trans)
+    );
   }
 
   private _action(

@@ -155,7 +155,7 @@ export function pauseFailedText(
   const running = session?.state === 'active' || session?.state === 'idle';
   if (session?.state === 'suspended' && error && typeof error !== 'string') {
     return trans.__(
-      'Checkpoint of %1 not written; the suspended kernel still holds every variable, and Resume brings it back in place. %2',
+      '%1 is still suspended with every variable in its kernel; Resume brings it back in place. %2',
       path,
       sentence(error.message)
     );

@@ -10,7 +10,6 @@ import {
   clockText,
   durationText,
   progressRatio,
-  sentence,
   Trans
 } from './format';
 import { IPauseTier, ISession } from './tokens';
@@ -83,8 +82,8 @@ export function suspendedDetails(session: ISession, trans: Trans): string[] {
  * Written and kept: composed from `kept_until`, so the time is on the
  * user's clock (the server's message gives it on the server's). Otherwise
  * the server's message, or, without one, the same words made here: while
- * writing, that the GPU is released; after a failed write, why, and that
- * every variable is still in the kernel.
+ * writing, that the GPU is released; after a failure, the server's error,
+ * and that every variable is still in the kernel.
  */
 export function suspendedMessage(
   session: ISession,
@@ -107,11 +106,14 @@ export function suspendedMessage(
       if (session.message) {
         return session.message;
       }
+      // The server's error says what failed ("checkpoint not written: …").
       const error = session.error;
-      const why = typeof error === 'string' ? error : (error?.message ?? '');
+      const why = (typeof error === 'string' ? error : (error?.message ?? ''))
+        .trim()
+        .replace(/[.!?]$/, '');
       return trans.__(
-        'Suspended — checkpoint not written: %1 Every variable is still in the kernel; Resume brings it back in place.',
-        sentence(why) || trans.__('the server gave no reason.')
+        'Suspended — %1. Every variable is still in the kernel; Resume brings it back in place',
+        why || trans.__('checkpoint not written')
       );
     }
     case 'writing':

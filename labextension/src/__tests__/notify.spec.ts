@@ -352,6 +352,36 @@ describe('EventNotifier', () => {
     );
     expect(dismiss).toHaveBeenCalledWith(toasts[0].id);
   });
+
+  it('warns, not errs, when the checkpoint behind a suspended kernel fails, offering Resume', async () => {
+    // Given a suspended kernel writing its checkpoint (the first poll: history)
+    await poll([makeSuspended('writing')]);
+    // When the write fails: the server keeps it suspended and says why
+    await poll(
+      [makeSuspended('failed')],
+      [
+        event('pause_failed', {
+          error_reason: 'store-full',
+          message: makeSuspended('failed').message!
+        })
+      ]
+    );
+    // Then one warning says first that every variable is still there
+    expect(toasts.map(t => [t.type, t.message])).toEqual([
+      [
+        'warning',
+        'train.ipynb is still suspended with every variable in its kernel; Resume brings it back in place. Checkpoint not written: the store is full (0 B free of 6.1 GB needed).'
+      ]
+    ]);
+    // And its Resume resumes in place
+    const [resume] = toasts[0].options.actions! as any[];
+    expect([resume.label, resume.caption]).toEqual([
+      'Resume',
+      'Resume in place: the same kernel, back on a GPU'
+    ]);
+    resume.callback();
+    expect(executed).toEqual([[CommandIDs.resume, { sessionId: 's1' }]]);
+  });
 });
 
 describe('the sentences of the suspend toasts', () => {
@@ -396,7 +426,7 @@ describe('the sentences of the suspend toasts', () => {
       trans as any
     );
     expect(text).toBe(
-      'Checkpoint of train.ipynb not written; the suspended kernel still holds every variable, and Resume brings it back in place. The store is full (0 B free of 6.1 GB needed).'
+      'train.ipynb is still suspended with every variable in its kernel; Resume brings it back in place. Checkpoint not written: the store is full (0 B free of 6.1 GB needed).'
     );
   });
 });

@@ -116,7 +116,8 @@ export function makeSuspended(
       checkpoint === 'failed'
         ? {
             reason: 'store-full',
-            message: 'the store is full (0 B free of 6.1 GB needed)',
+            message:
+              'checkpoint not written: the store is full (0 B free of 6.1 GB needed)',
             state_intact: true
           }
         : null,

@@ -173,10 +173,10 @@ describe('a suspended session', () => {
     expect(suspendedMessage(failed, trans, NOW)).toBe(
       'Suspended — checkpoint not written: the store is full (0 B free of 6.1 GB needed). Every variable is still in the kernel; Resume brings it back in place'
     );
-    // And without one, the same words made from the error
+    // And without one, the same words made from the server's error
     const bare = makeSuspended('failed', null, { message: null });
     expect(suspendedMessage(bare, trans, NOW)).toBe(
-      'Suspended — checkpoint not written: The store is full (0 B free of 6.1 GB needed). Every variable is still in the kernel; Resume brings it back in place.'
+      'Suspended — checkpoint not written: the store is full (0 B free of 6.1 GB needed). Every variable is still in the kernel; Resume brings it back in place'
     );
   });
 
