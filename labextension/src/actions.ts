@@ -31,6 +31,32 @@ export function isCapacityTimeout(session: ISession | null): boolean {
 }
 
 /**
+ * Where a suspended session stands: its checkpoint being written, written
+ * (the kernel kept for a fast resume), or not written (every variable still
+ * in the kernel); `unknown` for a word this client does not know.
+ */
+export type SuspendPhase = 'writing' | 'written' | 'failed' | 'unknown';
+
+/**
+ * The phase of a suspended session; `null` for any other state. An error
+ * means the write failed, whatever the record says; a record an older or
+ * newer server left out is read from the progress.
+ */
+export function suspendPhase(session: ISession | null): SuspendPhase | null {
+  if (session?.state !== 'suspended') {
+    return null;
+  }
+  const checkpoint = session.suspended?.checkpoint;
+  if (session.error || checkpoint === 'failed') {
+    return 'failed';
+  }
+  if (checkpoint === 'writing' || checkpoint === 'written') {
+    return checkpoint;
+  }
+  return session.progress ? 'writing' : 'unknown';
+}
+
+/**
  * Whether a session's kernel is busy re-running recorded cells (a rebuild):
  * it runs, but cannot be paused until the rebuild ends.
  */
@@ -59,8 +85,9 @@ export function rebuildOffer(session: ISession | null): IRebuildPlan | null {
 
 /**
  * The obvious next action on a session, for one-click views (toolbar, status
- * bar): pause a running kernel, resume a paused one, cancel a pause or a
- * queued resume; `null` when nothing applies (restoring, failed without a
+ * bar): pause a running kernel, resume a paused one or a suspended one (in
+ * place, whatever its checkpoint's phase), cancel a pause or a queued
+ * resume; `null` when nothing applies (restoring, failed without a
  * checkpoint, running on another server, re-running cells).
  */
 export function primaryCommand(session: ISession): string | null {
@@ -72,6 +99,7 @@ export function primaryCommand(session: ISession): string | null {
     case 'idle':
       return CommandIDs.pause;
     case 'paused':
+    case 'suspended':
       return CommandIDs.resume;
     case 'failed':
       return session.checkpoint ? CommandIDs.resume : null;
@@ -87,7 +115,10 @@ export function primaryCommand(session: ISession): string | null {
  * Every action a session offers, in the order the panel shows them. A
  * waiting resume can always leave the queue for the CPU: the user may
  * prefer a slow kernel now to a fast one later. A resumed kernel that
- * misses variables offers to re-run the cells that make them, first.
+ * misses variables offers to re-run the cells that make them, first. A
+ * suspended kernel offers only Resume: it comes back in place, on a GPU, so
+ * neither the CPU nor a discard applies while it lives, and the server
+ * refuses a pause.
  */
 export function sessionActions(session: ISession): string[] {
   if (session.running_elsewhere) {
@@ -111,6 +142,8 @@ export function sessionActions(session: ISession): string[] {
       return [CommandIDs.cancel];
     case 'waiting':
       return [CommandIDs.cancel, CommandIDs.resumeCpu];
+    case 'suspended':
+      return [CommandIDs.resume];
     case 'paused':
       return [...resume, CommandIDs.discard];
     case 'failed':

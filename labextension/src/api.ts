@@ -6,6 +6,7 @@ import type { TranslationBundle } from '@jupyterlab/translation';
 
 import { untranslated } from './format';
 import {
+  ICapacity,
   ICheckReport,
   ICheckpoint,
   IEvent,
@@ -237,6 +238,14 @@ export class GpuPauseAPI {
       this.url('policies')
     );
     return data.policies;
+  }
+
+  /**
+   * The machine's GPU capacity as the server sees it, and the pause tier in
+   * force (`tier`, from servers with suspend in place).
+   */
+  capacity(): Promise<ICapacity> {
+    return this._request<ICapacity>('GET', this.url('capacity'));
   }
 
   /**

@@ -17,6 +17,7 @@ import { isRebuilding, offersCpuResume } from './actions';
 import type { KernelGate } from './gate';
 import { GpuPauseAPI, GpuPauseError, KERNEL_EXISTS } from './api';
 import { bytesText, durationText } from './format';
+import { resumeInPlaceHint } from './suspendText';
 import { SessionsModel } from './model';
 import {
   CommandIDs,
@@ -58,7 +59,7 @@ export interface ICommandsOptions {
  */
 const ALLOWED: Record<string, ReadonlyArray<SessionState>> = {
   [CommandIDs.pause]: ['active', 'idle'],
-  [CommandIDs.resume]: ['paused', 'failed'],
+  [CommandIDs.resume]: ['paused', 'failed', 'suspended'],
   [CommandIDs.resumeCpu]: ['paused', 'failed', 'waiting'],
   [CommandIDs.cancel]: ['pausing', 'waiting'],
   [CommandIDs.keepRunning]: ['active', 'idle'],
@@ -165,12 +166,13 @@ export function addCommands(options: ICommandsOptions): IDisposable {
 
   /**
    * Add a session command. One that is only sometimes offered (`offered`)
-   * is hidden where it does not apply, instead of greyed out.
+   * is hidden where it does not apply, instead of greyed out. A label or
+   * caption may depend on the session the arguments name.
    */
   const add = (
     id: string,
-    label: string,
-    caption: string,
+    label: CommandRegistry.CommandFunc<string> | string,
+    caption: CommandRegistry.CommandFunc<string> | string,
     execute: (args: ReadonlyPartialJSONObject) => Promise<void>,
     offered = false
   ): IDisposable =>
@@ -243,12 +245,18 @@ export function addCommands(options: ICommandsOptions): IDisposable {
    * restores into a kernel the notebook opened while paused as long as that
    * kernel has run nothing; once code ran in it, the server refuses
    * (`kernel-exists`) and the user is asked before its variables are
-   * overwritten: never without asking.
+   * overwritten: never without asking. A suspended session comes back in
+   * place, in its own kernel.
    */
   const resume = async (
     session: ISession,
     device?: ResumeDevice
   ): Promise<ISession | void> => {
+    if (session.state === 'suspended') {
+      // In place: the same kernel, its CUDA state back on a GPU. No kernel
+      // to start and none to ask about.
+      return api.resume(session.id, {});
+    }
     const options: IResumeOptions = device ? { device } : {};
     // A paused notebook open here without a kernel starts one first, as
     // JupyterLab does: the server restores into it.
@@ -292,8 +300,14 @@ export function addCommands(options: ICommandsOptions): IDisposable {
   disposables.add(
     add(
       CommandIDs.resume,
-      trans.__('Resume Paused Kernel'),
-      trans.__('Start a kernel and restore the saved state into it'),
+      args =>
+        known(args)?.state === 'suspended'
+          ? trans.__('Resume Suspended Kernel')
+          : trans.__('Resume Paused Kernel'),
+      args =>
+        known(args)?.state === 'suspended'
+          ? resumeInPlaceHint(trans)
+          : trans.__('Start a kernel and restore the saved state into it'),
       args => run(args, session => resume(session))
     )
   );

@@ -5,7 +5,7 @@
  */
 import type { TranslationBundle } from '@jupyterlab/translation';
 
-import { isCapacityTimeout } from './actions';
+import { isCapacityTimeout, suspendPhase } from './actions';
 import { ISession, ISessionError, SessionState } from './tokens';
 
 /**
@@ -73,6 +73,41 @@ export function countdownText(seconds: number): string {
 }
 
 /**
+ * A time of day on the user's clock (local time, 24 h): "14:05" today,
+ * "14:05 tomorrow", "14:05 on 2026-12-09" further off; '' without a time.
+ */
+export function clockText(
+  iso: string | null | undefined,
+  trans: Trans,
+  now: number
+): string {
+  const when = iso ? new Date(iso) : null;
+  if (!when || isNaN(when.getTime())) {
+    return '';
+  }
+  const pad = (n: number): string => String(n).padStart(2, '0');
+  const clock = `${pad(when.getHours())}:${pad(when.getMinutes())}`;
+  const today = new Date(now);
+  const days = Math.round(
+    (new Date(when.getFullYear(), when.getMonth(), when.getDate()).getTime() -
+      new Date(
+        today.getFullYear(),
+        today.getMonth(),
+        today.getDate()
+      ).getTime()) /
+      86400000
+  );
+  if (days === 0) {
+    return clock;
+  }
+  if (days === 1) {
+    return trans.__('%1 tomorrow', clock);
+  }
+  const date = `${when.getFullYear()}-${pad(when.getMonth() + 1)}-${pad(when.getDate())}`;
+  return trans.__('%1 on %2', clock, date);
+}
+
+/**
  * Seconds from `now` until an ISO time; negative when past, `null` when
  * there is no time.
  */
@@ -95,6 +130,8 @@ export function stateLabel(state: SessionState | string, trans: Trans): string {
       return trans.__('idle');
     case 'pausing':
       return trans.__('pausing');
+    case 'suspended':
+      return trans.__('suspended');
     case 'paused':
       return trans.__('paused');
     case 'waiting':
@@ -249,7 +286,8 @@ export function errorText(
 
 /**
  * The one-line status of a session for the status bar:
- * "GPU 0 · 14.2 GiB · idle 12 min", "Paused · 6.1 GB", "Waiting for GPU · #2".
+ * "GPU 0 · 14.2 GiB · idle 12 min", "Paused · 6.1 GB", "Waiting for GPU · #2",
+ * "Suspended · writing checkpoint 42%", "Suspended · kept until 14:05".
  */
 export function statusText(
   session: ISession,
@@ -292,6 +330,10 @@ export function statusText(
       );
       break;
     }
+    case 'suspended':
+      parts.push(trans.__('Suspended'));
+      parts.push(suspendedNote(session, trans, now));
+      break;
     case 'paused':
       parts.push(trans.__('Paused'));
       if (session.checkpoint) {
@@ -311,7 +353,38 @@ export function statusText(
     default:
       parts.push(String(session.state));
   }
-  return parts.join(' · ');
+  return parts.filter(Boolean).join(' · ');
+}
+
+/**
+ * Where a suspended session's checkpoint stands, in a few words: "writing
+ * checkpoint 42%", "kept until 14:05" (then shut down, the checkpoint
+ * written), "checkpoint not written"; '' for a phase this client does not
+ * know.
+ */
+export function suspendedNote(
+  session: ISession,
+  trans: Trans,
+  now: number
+): string {
+  switch (suspendPhase(session)) {
+    case 'writing': {
+      const ratio = progressRatio(session);
+      return ratio === null
+        ? trans.__('writing checkpoint…')
+        : trans.__('writing checkpoint %1%', Math.round(ratio * 100));
+    }
+    case 'written': {
+      const until = clockText(session.suspended?.kept_until, trans, now);
+      return until
+        ? trans.__('kept until %1', until)
+        : trans.__('checkpoint saved');
+    }
+    case 'failed':
+      return trans.__('checkpoint not written');
+    default:
+      return '';
+  }
 }
 
 /**

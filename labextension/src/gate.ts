@@ -45,7 +45,9 @@ export interface IKernelGateOptions {
 }
 
 /**
- * Whether a session is a paused notebook waiting to be resumed.
+ * Whether a session is a paused notebook waiting to be resumed. A suspended
+ * one is not: its kernel lives on with every variable, and the notebook
+ * connects to it as to any running kernel.
  */
 export function awaitsResume(session: ISession): boolean {
   return (

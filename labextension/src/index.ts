@@ -38,6 +38,7 @@ import {
 } from './tokens';
 import { GpuHoursChart } from './widgets/chart';
 import { SessionsPanel } from './widgets/panel';
+import { PauseTierLine } from './widgets/tier';
 import { GpuPauseStatus } from './widgets/statusbar';
 import { NotebookStateButton } from './widgets/toolbar';
 
@@ -155,6 +156,7 @@ const panel: JupyterFrontEndPlugin<void> = {
     const widget = new SessionsPanel({
       model: gpuPause.model,
       chart: new GpuHoursChart(gpuPause.api, trans),
+      tier: new PauseTierLine(gpuPause.api, trans),
       refresh: () => void app.commands.execute(CommandIDs.refresh),
       actions: {
         run: (command, sessionId) =>

@@ -474,12 +474,14 @@ namespace Private {
 
   /**
    * Which of a path's sessions to show first: running operations, then
-   * checkpoints to resume, then running kernels.
+   * sessions to resume (a suspended kernel too), then running kernels.
    */
   export function rank(session: ISession): number {
     return TRANSITIONAL.includes(session.state)
       ? 0
-      : session.state === 'paused' || session.state === 'failed'
+      : session.state === 'paused' ||
+          session.state === 'suspended' ||
+          session.state === 'failed'
         ? 1
         : 2;
   }

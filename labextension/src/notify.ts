@@ -7,7 +7,7 @@
  * restored variables.
  */
 import { Notification } from '@jupyterlab/apputils';
-import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
+import { INotebookTracker } from '@jupyterlab/notebook';
 import { Session } from '@jupyterlab/services';
 import type { TranslationBundle } from '@jupyterlab/translation';
 import { CommandRegistry } from '@lumino/commands';
@@ -22,8 +22,12 @@ import {
   fileName,
   pauseFailedText,
   resumedText,
-  skippedText
+  skippedText,
+  suspendedEventText,
+  warnedText
 } from './notifyText';
+import { reattach } from './reattach';
+import { resumeInPlaceHint } from './suspendText';
 import {
   CommandIDs,
   IEvent,
@@ -284,15 +288,33 @@ export class EventNotifier implements IDisposable {
         );
         this._refreshKernels();
         break;
-      case 'pause_failed':
+      case 'suspended':
+        // An outcome: the pause's or the resume's toast replaces it.
         this._dismissWarning(sessionId);
         this._outcome(
           sessionId,
-          Notification.error(pauseFailedText(path, session, message, trans), {
-            autoClose: false
+          Notification.info(suspendedEventText(path, event, trans), {
+            autoClose: byPolicy ? false : 6000,
+            actions: [this._resumeInPlace(sessionId)]
           })
         );
         break;
+      case 'pause_failed': {
+        this._dismissWarning(sessionId);
+        // Behind a suspended kernel, which still holds every variable: a
+        // warning, with its Resume.
+        const text = pauseFailedText(path, session, message, trans);
+        this._outcome(
+          sessionId,
+          session?.state === 'suspended'
+            ? Notification.warning(text, {
+                autoClose: false,
+                actions: [this._resumeInPlace(sessionId)]
+              })
+            : Notification.error(text, { autoClose: false })
+        );
+        break;
+      }
       case 'resumed':
         this._told.set(sessionId, 'resumed');
         this._outcome(
@@ -302,7 +324,12 @@ export class EventNotifier implements IDisposable {
           })
         );
         if (session) {
-          void this._reattach(session.path, event.detail.kernel_id as string);
+          void reattach(
+            this._options.tracker,
+            this._options.sessions,
+            session.path,
+            event.detail.kernel_id as string
+          );
         }
         break;
       case 'resume_failed':
@@ -364,34 +391,7 @@ export class EventNotifier implements IDisposable {
   private _warn(event: IEvent, path: string): void {
     const { trans } = this._options;
     const action = event.detail.action ?? 'pause';
-    const at = event.detail.pause_at
-      ? new Date(event.detail.pause_at).toLocaleTimeString()
-      : '';
-    const policy = event.reason.replace(/^policy:/, '');
-    let text: string;
-    if (action === 'cull') {
-      text = trans.__(
-        '%1 is idle: its kernel will be shut down at %2 without saving (policy %3).',
-        path,
-        at,
-        policy
-      );
-    } else if (action === 'pause') {
-      text = trans.__(
-        '%1 is idle: it will be paused at %2 to release its GPU (policy %3).',
-        path,
-        at,
-        policy
-      );
-    } else {
-      text = trans.__(
-        '%1 has been idle since %2 (policy %3).',
-        path,
-        at,
-        policy
-      );
-    }
-    text += skippedText(event.detail.skipped, trans, true);
+    const text = warnedText(path, event, trans);
     const actions = [
       this._action(
         trans.__('Keep running'),
@@ -438,14 +438,29 @@ export class EventNotifier implements IDisposable {
     }
   }
 
+  /**
+   * Resume, in place: the action of a suspended kernel's toasts.
+   */
+  private _resumeInPlace(sessionId: string): Notification.IAction {
+    const { trans } = this._options;
+    const label = trans.__('Resume');
+    return this._action(
+      label,
+      CommandIDs.resume,
+      sessionId,
+      resumeInPlaceHint(trans)
+    );
+  }
+
   private _action(
     label: string,
     command: string,
-    sessionId: string
+    sessionId: string,
+    caption = label
   ): Notification.IAction {
     return {
       label,
-      caption: label,
+      caption,
       callback: () => {
         void this._options.commands.execute(command, { sessionId });
       }
@@ -457,35 +472,6 @@ export class EventNotifier implements IDisposable {
    */
   private _refreshKernels(): void {
     void this._options.sessions.refreshRunning().catch(() => undefined);
-  }
-
-  /**
-   * Point the notebook open at `path` to the kernel the resume started. The
-   * server already attached that kernel to the notebook's Jupyter session;
-   * Lab's copy of the session learns it from a refresh, or, when Lab had
-   * dropped the session while the kernel was paused, by joining it.
-   */
-  private async _reattach(path: string, kernelId: string): Promise<void> {
-    const { tracker, sessions } = this._options;
-    const panels: NotebookPanel[] = [];
-    tracker?.forEach(panel => {
-      if (notebookPath(panel) === path) {
-        panels.push(panel);
-      }
-    });
-    if (!panels.length || !kernelId) {
-      return;
-    }
-    await sessions.refreshRunning().catch(() => undefined);
-    for (const panel of panels) {
-      if (panel.sessionContext.session?.kernel?.id !== kernelId) {
-        await panel.sessionContext
-          .changeKernel({ id: kernelId })
-          .catch(error => {
-            console.warn('jupyter-gpu-pause: could not reattach', path, error);
-          });
-      }
-    }
   }
 
   private _isDisposed = false;

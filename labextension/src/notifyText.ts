@@ -6,7 +6,8 @@
  */
 import type { TranslationBundle } from '@jupyterlab/translation';
 
-import { durationText, errorText, sentence } from './format';
+import { bytesText, durationText, errorText, sentence } from './format';
+import { secondsText } from './suspendText';
 import { IEvent, IRebuildPlan, ISession, ISkippedObject } from './tokens';
 
 /**
@@ -17,8 +18,9 @@ export function fileName(path: string): string {
 }
 
 /**
- * The toast of a resume: where the kernel runs when that is not a GPU,
- * and how long it waited in line, when it did.
+ * The toast of a resume: in place (a suspended kernel back on a GPU), or
+ * where the kernel runs when that is not a GPU; and how long it waited in
+ * line, when it did.
  */
 export function resumedText(
   path: string,
@@ -27,9 +29,11 @@ export function resumedText(
 ): string {
   const message = sentence(withoutPlan(event));
   let text =
-    event.detail.device === 'cpu'
-      ? trans.__('Resumed %1 on the CPU. %2', path, message)
-      : trans.__('Resumed %1. %2', path, message);
+    event.detail.in_place === true
+      ? trans.__('Resumed %1 in place. %2', path, message)
+      : event.detail.device === 'cpu'
+        ? trans.__('Resumed %1 on the CPU. %2', path, message)
+        : trans.__('Resumed %1. %2', path, message);
   const waited = Number(event.detail.waited_seconds);
   if (waited >= 1) {
     text +=
@@ -50,6 +54,71 @@ function withoutPlan(event: IEvent): string {
   return tail && message.endsWith(tail)
     ? message.slice(0, -tail.length)
     : message;
+}
+
+/**
+ * The toast of a suspend: the GPU is released and the kernel lives on with
+ * every variable (and the host memory that takes) while its checkpoint is
+ * written.
+ */
+export function suspendedEventText(
+  path: string,
+  event: IEvent,
+  trans: TranslationBundle
+): string {
+  const seconds = event.detail.gpu_released_seconds;
+  const hostBytes = event.detail.host_bytes;
+  const released =
+    typeof seconds === 'number'
+      ? trans.__('GPU released in %1', secondsText(seconds, trans))
+      : trans.__('GPU released');
+  return typeof hostBytes === 'number'
+    ? trans.__(
+        'Suspended %1: %2; every variable stays in the kernel (%3 of host memory) while its checkpoint is written.',
+        path,
+        released,
+        bytesText(hostBytes)
+      )
+    : trans.__(
+        'Suspended %1: %2; every variable stays in the kernel while its checkpoint is written.',
+        path,
+        released
+      );
+}
+
+/**
+ * The toast of an idle policy's warning: what it will do and when, the
+ * policy's name, and what will not survive a pause.
+ */
+export function warnedText(
+  path: string,
+  event: IEvent,
+  trans: TranslationBundle
+): string {
+  const action = event.detail.action ?? 'pause';
+  const at = event.detail.pause_at
+    ? new Date(event.detail.pause_at).toLocaleTimeString()
+    : '';
+  const policy = event.reason.replace(/^policy:/, '');
+  let text: string;
+  if (action === 'cull') {
+    text = trans.__(
+      '%1 is idle: its kernel will be shut down at %2 without saving (policy %3).',
+      path,
+      at,
+      policy
+    );
+  } else if (action === 'pause') {
+    text = trans.__(
+      '%1 is idle: it will be paused at %2 to release its GPU (policy %3).',
+      path,
+      at,
+      policy
+    );
+  } else {
+    text = trans.__('%1 has been idle since %2 (policy %3).', path, at, policy);
+  }
+  return text + skippedText(event.detail.skipped, trans, true);
 }
 
 /**
@@ -84,6 +153,13 @@ export function pauseFailedText(
 ): string {
   const error = session?.error;
   const running = session?.state === 'active' || session?.state === 'idle';
+  if (session?.state === 'suspended' && error && typeof error !== 'string') {
+    return trans.__(
+      '%1 is still suspended with every variable in its kernel; Resume brings it back in place. %2',
+      path,
+      sentence(error.message)
+    );
+  }
   if (running && error && typeof error !== 'string' && error.state_intact) {
     // What is safe comes first: a toast may cut a long error short.
     return trans.__(

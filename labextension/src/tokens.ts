@@ -11,6 +11,8 @@ import type { ISignal } from '@lumino/signaling';
 import type { GpuPauseAPI } from './api';
 import type { SessionsModel } from './model';
 import type { IRebuildPlan } from './rebuildTypes';
+import type { IAccounting } from './reportTypes';
+import type { ISuspended } from './suspendTypes';
 
 export type {
   IRebuildCell,
@@ -18,6 +20,13 @@ export type {
   IRebuildPlan,
   IRebuiltDetail
 } from './rebuildTypes';
+export type { IAccounting, IGpuHours, IReport } from './reportTypes';
+export type {
+  ICapacity,
+  IPauseTier,
+  ISuspended,
+  SuspendCheckpoint
+} from './suspendTypes';
 
 /**
  * Identifiers of the commands this extension registers.
@@ -103,6 +112,9 @@ export const TRANSLATION_DOMAIN = 'jupyter_gpu_pause';
  * - `active`: kernel running, recently used or busy.
  * - `idle`: kernel running and idle; `pause_at` says when a policy pauses it.
  * - `pausing`: a checkpoint is being written; see `progress`.
+ * - `suspended`: GPU released, the kernel alive with every variable; its
+ *   checkpoint is written behind it, or was (the kernel kept for a fast
+ *   resume), or failed. See `suspended`; Resume brings it back in place.
  * - `paused`: checkpoint verified, kernel stopped, GPU released.
  * - `waiting`: resume asked, queued for GPU capacity; see `queue_position`
  *   and `waiting`.
@@ -110,7 +122,14 @@ export const TRANSLATION_DOMAIN = 'jupyter_gpu_pause';
  * - `failed`: the last operation failed; see `error`.
  */
 export type SessionState =
-  'active' | 'idle' | 'pausing' | 'paused' | 'waiting' | 'restoring' | 'failed';
+  | 'active'
+  | 'idle'
+  | 'pausing'
+  | 'suspended'
+  | 'paused'
+  | 'waiting'
+  | 'restoring'
+  | 'failed';
 
 /**
  * Where a resumed kernel may run.
@@ -267,16 +286,6 @@ export interface IRestoreReport {
 }
 
 /**
- * GPU time a session has held, for the accounting.
- */
-export interface IAccounting {
-  /** Seconds the session's kernel held a GPU. */
-  gpu_seconds_held: number;
-  /** Of which, seconds it held one while idle. */
-  gpu_seconds_idle: number;
-}
-
-/**
  * A tracked notebook or console and its kernel.
  */
 export interface ISession {
@@ -286,7 +295,7 @@ export interface ISession {
   path: string;
   /** `notebook` or `console`. */
   type: string;
-  /** Current kernel id; `null` while paused. */
+  /** Current kernel id; `null` while paused (a suspended kernel keeps it). */
   kernel_id: string | null;
   /** Kernelspec name. */
   kernel_name: string;
@@ -304,12 +313,17 @@ export interface ISession {
   gpu: IGpuInfo | null;
   /** Latest checkpoint. */
   checkpoint: ICheckpointSummary | null;
-  /** Progress of a running pause or restore. */
+  /** Progress of a running pause or restore, or of a suspended kernel's checkpoint. */
   progress: IProgress | null;
   /** Position in the node's GPU queue while `waiting`; 1 is next in line. */
   queue_position: number | null;
   /** What a `waiting` session waits for; `null` in every other state. */
   waiting: IWaiting | null;
+  /**
+   * A `suspended` session's GPU release and checkpoint; `null` in every
+   * other state, absent from servers without suspend in place.
+   */
+  suspended?: ISuspended | null;
   /** Where the last resume placed the running kernel; `null` before any. */
   device: KernelDevice | null;
   /** Whether the session counts as a GPU session (uses or needs a GPU). */
@@ -345,6 +359,7 @@ export type EventType =
   | 'keepalive'
   | 'paused'
   | 'pause_failed'
+  | 'suspended'
   | 'resumed'
   | 'resume_failed'
   | 'waiting'
@@ -376,7 +391,9 @@ export interface IEvent {
   /**
    * Event-specific details; `message` is a sentence for the user. A
    * `waiting` event adds `position` and `reason`; a `resumed` event adds
-   * `waited_seconds` and `device`; a `resume_failed` one `error_reason`.
+   * `waited_seconds` and `device` (and `in_place: true` when it brought a
+   * suspended kernel back); a `resume_failed` one `error_reason`; a
+   * `suspended` one `gpu_released_seconds` and `host_bytes`.
    */
   detail: {
     message?: string;
@@ -428,30 +445,6 @@ export interface ICheckReport {
   registered?: string[];
   /** Why a pause would fail (a registered name cannot be saved); `null` when it would not. */
   error?: string | null;
-}
-
-/**
- * GPU hours in one bucket of the report.
- */
-export interface IGpuHours {
-  /** Hours a GPU was held. */
-  gpu_hours_held: number;
-  /** Of which, hours held while idle. */
-  gpu_hours_idle: number;
-  /** Hours given back by pauses. */
-  gpu_hours_reclaimed: number;
-}
-
-/**
- * GPU-hours accounting, as answered by `GET report`.
- */
-export interface IReport {
-  /** Start of the period (ISO 8601 UTC). */
-  since: string;
-  /** All sessions together. */
-  total: IGpuHours;
-  /** One entry per day, oldest first. */
-  days: (IGpuHours & { day: string })[];
 }
 
 /**

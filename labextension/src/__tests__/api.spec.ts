@@ -95,6 +95,23 @@ describe('GpuPauseAPI', () => {
     expect(JSON.parse(confirmed.body)).toEqual({ names: ['h'], confirm: true });
   });
 
+  it('gets the capacity with the pause tier in force', async () => {
+    // Given a server whose CUDA driver has the checkpoint API
+    const tier = {
+      name: 'suspend',
+      reason: 'the CUDA driver 570.86 has the checkpoint API',
+      driver_version: '570.86'
+    };
+    answer(200, JSON.stringify({ provider: 'nvml', tier }));
+    // When the Lab asks for the capacity
+    const capacity = await api.capacity();
+    // Then it is a GET of capacity, and the tier comes back as sent
+    expect(capacity.tier).toEqual(tier);
+    const [url, init] = makeRequest.mock.calls[0];
+    expect(url).toBe('http://localhost:8888/lab-base/gpu-pause/api/capacity');
+    expect(init.method).toBe('GET');
+  });
+
   it("parses the server's {message, reason} errors", async () => {
     // Given a session in the wrong state
     answer(

@@ -41,7 +41,12 @@ import { addCommands } from '../commands';
 import { SessionsModel } from '../model';
 import { CommandIDs, DEFAULT_SETTINGS, ISession } from '../tokens';
 import { SessionRow } from '../widgets/row';
-import { makeCheckpoint, makeSession, makeWaiting } from './sessions';
+import {
+  makeCheckpoint,
+  makeSession,
+  makeSuspended,
+  makeWaiting
+} from './sessions';
 import { trans } from './translation';
 
 const makeRequest = ServerConnection.makeRequest as unknown as jest.Mock;
@@ -240,4 +245,47 @@ describe('session commands', () => {
       }
     }
   );
+
+  it.each(['writing', 'written', 'failed'] as const)(
+    'resumes a kernel suspended (%s) in place, with one request and no dialog; pause is off',
+    async phase => {
+      // Given a suspended kernel whose checkpoint holds GPU tensors
+      await given(
+        makeSuspended(phase, null, { checkpoint: makeCheckpoint(6e9, 4e9) })
+      );
+      const args = { sessionId: 's1' };
+      // Then Resume is on, and says it resumes in place; Pause, the CPU and
+      // Discard are off (the server answers a pause with 409)
+      expect(commands.isEnabled(CommandIDs.resume, args)).toBe(true);
+      expect(commands.label(CommandIDs.resume, args)).toBe(
+        'Resume Suspended Kernel'
+      );
+      expect(commands.caption(CommandIDs.resume, args)).toBe(
+        'Resume in place: the same kernel, back on a GPU'
+      );
+      expect(commands.isEnabled(CommandIDs.pause, args)).toBe(false);
+      expect(commands.isEnabled(CommandIDs.resumeCpu, args)).toBe(false);
+      expect(commands.isEnabled(CommandIDs.discard, args)).toBe(false);
+      expect(commands.isEnabled(CommandIDs.cancel, args)).toBe(false);
+      // When the user resumes it
+      await commands.execute(CommandIDs.resume, args);
+      // Then one resume is posted, naming no device and no kernel
+      expect(requests()).toEqual([
+        ['POST', '/gpu-pause/api/sessions/s1/resume', {}]
+      ]);
+      expect(showDialog).not.toHaveBeenCalled();
+      expect(Notification.error).not.toHaveBeenCalled();
+    }
+  );
+
+  it('keeps the paused wording of Resume for a paused session', async () => {
+    await given(makeSession({ state: 'paused', kernel_id: null }));
+    const args = { sessionId: 's1' };
+    expect(commands.label(CommandIDs.resume, args)).toBe(
+      'Resume Paused Kernel'
+    );
+    expect(commands.caption(CommandIDs.resume, args)).toBe(
+      'Start a kernel and restore the saved state into it'
+    );
+  });
 });

@@ -29,7 +29,7 @@ import { Signal } from '@lumino/signaling';
 
 import { KernelGate } from '../gate';
 import { ISession } from '../tokens';
-import { makeCheckpoint, makeSession } from './sessions';
+import { makeCheckpoint, makeSession, makeSuspended } from './sessions';
 import { trans } from './translation';
 
 const PATH = 'exp/train.ipynb';
@@ -129,6 +129,13 @@ describe('KernelGate', () => {
 
   const answers = {
     running: async () => [makeSession({ path: PATH, state: 'active' })],
+    // Its kernel lives on with every variable: the notebook connects to it.
+    suspended: async () => [
+      makeSuspended('written', null, {
+        path: PATH,
+        checkpoint: makeCheckpoint(100, 0)
+      })
+    ],
     'unknown to the server': async () => [],
     'not answered': async (): Promise<ISession[]> => {
       throw new Error('offline');

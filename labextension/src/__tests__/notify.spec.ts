@@ -51,8 +51,18 @@ import { ReadonlyPartialJSONObject } from '@lumino/coreutils';
 
 import { SessionsModel } from '../model';
 import { EventNotifier } from '../notify';
-import { CommandIDs, IEvent, ISession } from '../tokens';
-import { makeCheckpoint, makeSession, makeWaiting } from './sessions';
+import {
+  pauseFailedText,
+  resumedText,
+  suspendedEventText
+} from '../notifyText';
+import { CommandIDs, EventType, IEvent, ISession } from '../tokens';
+import {
+  makeCheckpoint,
+  makeSession,
+  makeSuspended,
+  makeWaiting
+} from './sessions';
 import { trans } from './translation';
 
 /** What the toast stand-in recorded. */
@@ -290,5 +300,133 @@ describe('EventNotifier', () => {
     expect(toasts.map(t => t.message)).toEqual([
       'Resumed train.ipynb on the CPU. Restored 4 objects. It waited 3 min for a GPU.'
     ]);
+  });
+
+  it('says a kernel is suspended, offering Resume in place, and the resume replaces it', async () => {
+    // Given a running kernel (the page's first poll: history)
+    await poll([makeSession({ state: 'active', device: 'gpu' })]);
+    // When the server suspends it
+    await poll(
+      [makeSuspended('writing')],
+      [
+        event('suspended', {
+          gpu_released_seconds: 0.9,
+          host_bytes: 12_400_000_000,
+          message: 'Suspended — GPU released in 0.9 s; writing checkpoint'
+        })
+      ]
+    );
+    // Then one calm toast says the GPU is released and the variables stay
+    expect(toasts.map(t => [t.type, t.message])).toEqual([
+      [
+        'info',
+        'Suspended train.ipynb: GPU released in 0.9 s; every variable stays in the kernel (12.4 GB of host memory) while its checkpoint is written.'
+      ]
+    ]);
+    // And its Resume resumes the session in place
+    const [resume] = toasts[0].options.actions! as any[];
+    expect(resume.label).toBe('Resume');
+    expect(resume.caption).toBe(
+      'Resume in place: the same kernel, back on a GPU'
+    );
+    resume.callback();
+    expect(executed).toEqual([[CommandIDs.resume, { sessionId: 's1' }]]);
+    // When the resume brings it back in place
+    const later = new Date(Date.now() + 1000).toISOString();
+    await poll(
+      [makeSession({ state: 'active', device: 'gpu' })],
+      [
+        {
+          ...event('resumed', {
+            in_place: true,
+            device: 'gpu',
+            message: 'CUDA state restored on GPU 0'
+          }),
+          time: later
+        }
+      ]
+    );
+    // Then its toast says so and replaces the suspend's
+    expect(toasts[1].message).toBe(
+      'Resumed train.ipynb in place. CUDA state restored on GPU 0.'
+    );
+    expect(dismiss).toHaveBeenCalledWith(toasts[0].id);
+  });
+
+  it('warns, not errs, when the checkpoint behind a suspended kernel fails, offering Resume', async () => {
+    // Given a suspended kernel writing its checkpoint (the first poll: history)
+    await poll([makeSuspended('writing')]);
+    // When the write fails: the server keeps it suspended and says why
+    await poll(
+      [makeSuspended('failed')],
+      [
+        event('pause_failed', {
+          error_reason: 'store-full',
+          message: makeSuspended('failed').message!
+        })
+      ]
+    );
+    // Then one warning says first that every variable is still there
+    expect(toasts.map(t => [t.type, t.message])).toEqual([
+      [
+        'warning',
+        'train.ipynb is still suspended with every variable in its kernel; Resume brings it back in place. Checkpoint not written: the store is full (0 B free of 6.1 GB needed).'
+      ]
+    ]);
+    // And its Resume resumes in place
+    const [resume] = toasts[0].options.actions! as any[];
+    expect([resume.label, resume.caption]).toEqual([
+      'Resume',
+      'Resume in place: the same kernel, back on a GPU'
+    ]);
+    resume.callback();
+    expect(executed).toEqual([[CommandIDs.resume, { sessionId: 's1' }]]);
+  });
+});
+
+describe('the sentences of the suspend toasts', () => {
+  it('is an event type of the Lab: `suspended`', () => {
+    // (a compile error here when the union loses it)
+    const type: EventType = 'suspended';
+    expect(type).toBe('suspended');
+  });
+
+  it('says the GPU is released and every variable stays in the kernel', () => {
+    const suspended = event('suspended', {
+      gpu_released_seconds: 0.9,
+      host_bytes: 12_400_000_000,
+      message: 'Suspended — GPU released in 0.9 s; writing checkpoint'
+    });
+    expect(suspendedEventText('train.ipynb', suspended, trans)).toBe(
+      'Suspended train.ipynb: GPU released in 0.9 s; every variable stays in the kernel (12.4 GB of host memory) while its checkpoint is written.'
+    );
+    // And without the numbers (a server that did not measure them)
+    expect(suspendedEventText('train.ipynb', event('suspended'), trans)).toBe(
+      'Suspended train.ipynb: GPU released; every variable stays in the kernel while its checkpoint is written.'
+    );
+  });
+
+  it('says a resume of a suspended kernel was in place', () => {
+    const resumed = event('resumed', {
+      in_place: true,
+      device: 'gpu',
+      waited_seconds: 120,
+      message: 'CUDA state restored on GPU 0 in 1.2 s'
+    });
+    expect(resumedText('train.ipynb', resumed, trans as any)).toBe(
+      'Resumed train.ipynb in place. CUDA state restored on GPU 0 in 1.2 s. It waited 2 min for a GPU.'
+    );
+  });
+
+  it('says first, when a checkpoint fails behind a suspended kernel, that every variable is still there', () => {
+    const text = pauseFailedText(
+      'train.ipynb',
+      makeSuspended('failed'),
+      '',
+      trans as any
+    );
+    expect(text).toBe(
+      'train.ipynb is still suspended with every variable in its kernel; Resume brings it back in place. Checkpoint not written: the store is full (0 B free of 6.1 GB needed).'
+    );
   });
 });

@@ -11,11 +11,18 @@ import { button, visibleButtons, visibleLines } from './visible';
 
 import { SessionRow } from '../widgets/row';
 import { CommandIDs } from '../tokens';
-import { makeCheckpoint, makeSession, makeWaiting } from './sessions';
+import {
+  makeCheckpoint,
+  makeSession,
+  makeSuspended,
+  makeWaiting
+} from './sessions';
 import { trans } from './translation';
 
 const NOW = Date.parse('2026-12-02T10:00:00Z');
 const THREE_MIN_AGO = '2026-12-02T09:57:00Z';
+// 14:05 on the user's clock, whatever the time zone the tests run in.
+const AT_14_05 = new Date(2026, 11, 2, 14, 5).toISOString();
 
 function labels(row: SessionRow): string[] {
   return visibleButtons(row.node as unknown as HTMLElement).map(
@@ -264,5 +271,97 @@ describe('SessionRow', () => {
     row.update(done, NOW);
     expect(lines(row).join('\n')).not.toContain('Re-run');
     expect(labels(row).slice(1)).toEqual(['Pause']);
+  });
+
+  describe('of a suspended kernel', () => {
+    function parts(row: SessionRow) {
+      const node = row.node as unknown as HTMLElement;
+      const q = (selector: string) =>
+        node.querySelector(selector) as HTMLElement;
+      return {
+        badge: q('.jp-GpuPause-badge'),
+        bar: q('.jp-GpuPause-bar') as HTMLProgressElement,
+        progress: q('.jp-GpuPause-progress'),
+        message: q('.jp-GpuPause-message')
+      };
+    }
+
+    it('shows the checkpoint being written as a pause shows it, and offers Resume in place', () => {
+      // Given a kernel suspended 0.9 s ago, a quarter of its checkpoint written
+      const session = makeSuspended('writing');
+      const row = new SessionRow(session, actions, trans);
+      row.update(session, NOW);
+      const { badge, bar, progress, message } = parts(row);
+      // Then the badge says suspended, calm (not an error, not a warning)
+      expect(badge.textContent).toBe('suspended');
+      expect(badge.dataset).toMatchObject({
+        state: 'suspended',
+        suspend: 'writing'
+      });
+      // And the row gives the release, the host memory and the server's sentence
+      expect(lines(row)).toEqual(
+        expect.arrayContaining([
+          'GPU released in 0.9 s · 12.4 GB in host memory',
+          'Suspended — GPU released in 0.9 s; writing checkpoint'
+        ])
+      );
+      expect(message.className).toBe('jp-GpuPause-message');
+      // And the progress bar and bytes, as while pausing
+      expect(progress.hidden).toBe(false);
+      expect(bar.hidden).toBe(false);
+      expect(bar.value).toBeCloseTo(0.25);
+      expect(lines(row)).toContain('writing · 1.5 GB of 6.1 GB');
+      // And one action: Resume, in place, never Pause
+      expect(labels(row).slice(1)).toEqual(['Resume']);
+      const resume = button(row.node as unknown as HTMLElement, 'Resume');
+      expect(resume.title).toBe(
+        'Resume in place: the same kernel, back on a GPU'
+      );
+      resume.click();
+      expect(ran).toEqual([[CommandIDs.resume, 's1']]);
+      expect(lines(row).join('\n')).not.toMatch(/paused/i);
+    });
+
+    it('says until when a kept kernel waits for a fast resume, with no progress', () => {
+      const session = makeSuspended('written', AT_14_05);
+      const row = new SessionRow(session, actions, trans);
+      row.update(session, NOW);
+      const { badge, progress } = parts(row);
+      expect(badge.dataset.suspend).toBe('written');
+      expect(progress.hidden).toBe(true);
+      expect(lines(row)).toContain(
+        'Suspended — checkpoint saved; the kernel is kept for a fast resume until 14:05'
+      );
+      expect(labels(row).slice(1)).toEqual(['Resume']);
+    });
+
+    it('warns, without an error, that the checkpoint was not written, and why', () => {
+      // Given a kernel whose checkpoint could not be written behind it
+      const session = makeSuspended('failed');
+      const row = new SessionRow(session, actions, trans);
+      row.update(session, NOW);
+      const { badge, progress, message } = parts(row);
+      // Then the badge and the message take the warning style, not the error's
+      expect(badge.dataset.suspend).toBe('failed');
+      expect(message.classList.contains('jp-GpuPause-warning')).toBe(true);
+      expect(message.classList.contains('jp-GpuPause-error')).toBe(false);
+      // And the message says why, and that every variable is still there
+      expect(message.textContent).toBe(
+        'Suspended — checkpoint not written: the store is full (0 B free of 6.1 GB needed). Every variable is still in the kernel; Resume brings it back in place'
+      );
+      expect(progress.hidden).toBe(true);
+      expect(labels(row).slice(1)).toEqual(['Resume']);
+    });
+
+    it('drops the warning once the kernel runs again', () => {
+      const row = new SessionRow(makeSuspended('failed'), actions, trans);
+      row.update(makeSuspended('failed'), NOW);
+      const active = makeSession({ state: 'active', device: 'gpu' });
+      row.update(active, NOW);
+      const { badge, message } = parts(row);
+      expect(badge.dataset).toMatchObject({ state: 'active', suspend: '' });
+      expect(message.classList.contains('jp-GpuPause-warning')).toBe(false);
+      expect(labels(row).slice(1)).toEqual(['Pause']);
+    });
   });
 });

@@ -74,3 +74,54 @@ export function makeWaiting(
     ...overrides
   });
 }
+
+/**
+ * A kernel suspended at 09:59 UTC, its GPU released in 0.9 s and 12.4 GB
+ * held in host memory, its checkpoint in `checkpoint`: while `writing`, a
+ * quarter written; once `written`, kept until `keptUntil`; after `failed`,
+ * with the server's error. `overrides` as above.
+ */
+export function makeSuspended(
+  checkpoint: 'writing' | 'written' | 'failed',
+  keptUntil: string | null = null,
+  overrides: Partial<ISession> = {}
+): ISession {
+  const messages = {
+    writing: 'Suspended — GPU released in 0.9 s; writing checkpoint',
+    written:
+      'Suspended — checkpoint saved; the kernel is kept for a fast resume until 14:05',
+    failed:
+      'Suspended — checkpoint not written: the store is full (0 B free of 6.1 GB needed). Every variable is still in the kernel; Resume brings it back in place'
+  };
+  return makeSession({
+    state: 'suspended',
+    gpu_session: true,
+    device: 'gpu',
+    suspended: {
+      since: '2026-12-02T09:59:00Z',
+      host_bytes: 12_400_000_000,
+      checkpoint,
+      kept_until: keptUntil,
+      gpu_released_seconds: 0.9
+    },
+    progress:
+      checkpoint === 'writing'
+        ? {
+            phase: 'writing',
+            done_bytes: 1_525_000_000,
+            total_bytes: 6_100_000_000
+          }
+        : null,
+    error:
+      checkpoint === 'failed'
+        ? {
+            reason: 'store-full',
+            message:
+              'checkpoint not written: the store is full (0 B free of 6.1 GB needed)',
+            state_intact: true
+          }
+        : null,
+    message: messages[checkpoint],
+    ...overrides
+  });
+}

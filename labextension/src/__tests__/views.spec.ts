@@ -25,10 +25,19 @@ import { SessionsModel } from '../model';
 import { CommandIDs, ISession } from '../tokens';
 import { GpuPauseStatus } from '../widgets/statusbar';
 import { NotebookStateButton } from '../widgets/toolbar';
-import { makeCheckpoint, makeSession, makeWaiting } from './sessions';
+import {
+  makeCheckpoint,
+  makeSession,
+  makeSuspended,
+  makeWaiting
+} from './sessions';
 import { trans } from './translation';
 
 const PATH = 'exp/train.ipynb';
+// 14:05 today on the user's clock (the views read the real clock), in any
+// time zone.
+const AT_14_05 = new Date();
+AT_14_05.setHours(14, 5, 0, 0);
 
 describe('toolbar and status bar', () => {
   let model: SessionsModel;
@@ -51,9 +60,11 @@ describe('toolbar and status bar', () => {
       refreshInterval: 5
     });
     commands = new CommandRegistry();
-    commands.addCommand(CommandIDs.cancel, {
-      execute: args => void executed.push([CommandIDs.cancel, args])
-    });
+    for (const id of [CommandIDs.cancel, CommandIDs.resume]) {
+      commands.addCommand(id, {
+        execute: args => void executed.push([id, args])
+      });
+    }
     const panel = {
       sessionContext: { path: PATH, sessionChanged: new Signal({}) },
       context: { localPath: PATH }
@@ -120,4 +131,56 @@ describe('toolbar and status bar', () => {
     await given(makeSession({ state: 'active', device: 'cpu' }));
     expect(status.node.textContent).toBe('On CPU · active');
   });
+
+  it.each([
+    [
+      'writing',
+      makeSuspended('writing'),
+      'Suspended · writing 25% — Resume',
+      'Suspended · writing checkpoint 25%',
+      'Suspended — GPU released in 0.9 s; writing checkpoint'
+    ],
+    [
+      'written and kept',
+      makeSuspended('written', AT_14_05.toISOString()),
+      'Suspended — Resume',
+      'Suspended · kept until 14:05',
+      'Suspended — checkpoint saved; the kernel is kept for a fast resume until 14:05'
+    ],
+    [
+      'failed',
+      makeSuspended('failed'),
+      'Suspended, not saved — Resume',
+      'Suspended · checkpoint not written',
+      'Suspended — checkpoint not written: the store is full (0 B free of 6.1 GB needed). Every variable is still in the kernel; Resume brings it back in place'
+    ]
+  ])(
+    'says a kernel suspended, %s, is suspended (not paused) and resumes it in place',
+    async (phase, session, label, line, detail) => {
+      // Given the notebook's kernel suspended in that phase
+      await given(session);
+      // Then the toolbar and the status bar say so, never "Paused"
+      expect(toolbar.node.textContent).toBe(label);
+      expect(status.node.textContent).toBe(line);
+      expect(toolbar.node.dataset.state).toBe('suspended');
+      expect(status.node.dataset.suspend).toBe(
+        phase === 'written and kept' ? 'written' : phase
+      );
+      expect((toolbar.node as HTMLButtonElement).disabled).toBe(false);
+      // And their tooltips give the sentence and what a click does
+      expect(toolbar.node.title).toBe(
+        `${detail}\nResume in place: the same kernel, back on a GPU`
+      );
+      expect(status.node.title).toBe(
+        `${detail}\nClick to resume in place: the same kernel, back on a GPU.`
+      );
+      // And a click on either resumes the session
+      (toolbar.node as any).click();
+      (status.node as any).click();
+      expect(executed).toEqual([
+        [CommandIDs.resume, { sessionId: 's1' }],
+        [CommandIDs.resume, { sessionId: 's1' }]
+      ]);
+    }
+  );
 });

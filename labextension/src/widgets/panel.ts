@@ -11,6 +11,7 @@ import { SessionsModel } from '../model';
 import { GpuHoursChart } from './chart';
 import { el, setText } from './dom';
 import { IRowActions, SessionRow } from './row';
+import { PauseTierLine } from './tier';
 
 /**
  * Construction options of {@link SessionsPanel}.
@@ -22,6 +23,8 @@ export interface ISessionsPanelOptions {
   actions: IRowActions;
   /** The GPU-hours chart, shown above the list when it has data. */
   chart: GpuHoursChart;
+  /** The pause tier in force, shown under the summary when the server names one. */
+  tier: PauseTierLine;
   /** Refresh now (the header's button). */
   refresh: () => void;
   /** Translation of user-visible strings. */
@@ -47,6 +50,7 @@ export class SessionsPanel extends Widget {
     refresh.title = trans.__('Ask the server for the sessions now');
     refresh.addEventListener('click', () => options.refresh());
     this._summary = el('div', 'jp-GpuPause-summary', this.node);
+    this.node.appendChild(options.tier.node);
     this._banner = el('div', 'jp-GpuPause-banner', this.node);
     this._banner.setAttribute('role', 'alert');
     this.node.appendChild(options.chart.node);
@@ -75,9 +79,17 @@ export class SessionsPanel extends Widget {
     super.dispose();
   }
 
+  protected onAfterAttach(msg: Message): void {
+    super.onAfterAttach(msg);
+    if (this.isVisible) {
+      void this._options.tier.load();
+    }
+  }
+
   protected onAfterShow(msg: Message): void {
     super.onAfterShow(msg);
     this._options.chart.visible = true;
+    void this._options.tier.load();
     this._render();
   }
 
@@ -162,6 +174,7 @@ export class SessionsPanel extends Widget {
       0
     );
     const paused = sessions.filter(s => s.state === 'paused').length;
+    const suspended = sessions.filter(s => s.state === 'suspended').length;
     const parts = [trans._n('%1 session', '%1 sessions', sessions.length)];
     if (holding.length) {
       parts.push(
@@ -172,6 +185,9 @@ export class SessionsPanel extends Widget {
           gibibytes(memory)
         )
       );
+    }
+    if (suspended) {
+      parts.push(trans._n('%1 suspended', '%1 suspended', suspended));
     }
     if (paused) {
       parts.push(trans._n('%1 paused', '%1 paused', paused));

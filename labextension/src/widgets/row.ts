@@ -5,7 +5,12 @@
  */
 import type { TranslationBundle } from '@jupyterlab/translation';
 
-import { isRebuilding, rebuildOffer, sessionActions } from '../actions';
+import {
+  isRebuilding,
+  rebuildOffer,
+  sessionActions,
+  suspendPhase
+} from '../actions';
 import {
   ageText,
   bytesText,
@@ -24,6 +29,11 @@ import {
   waitReasonText
 } from '../format';
 import { cellLabel, cellLines, offerText } from '../rebuildText';
+import {
+  resumeInPlaceHint,
+  suspendedDetails,
+  suspendedMessage
+} from '../suspendText';
 import { CommandIDs, IRebuildPlan, ISession } from '../tokens';
 import { el, setText } from './dom';
 
@@ -94,15 +104,19 @@ export class SessionRow {
     this._path.title = trans.__('Open %1', session.path);
     this.node.dataset.state = session.state;
     this._badge.dataset.state = session.state;
+    const suspend = suspendPhase(session);
+    this._badge.dataset.suspend = suspend ?? '';
     setText(this._badge, stateLabel(session.state, trans));
 
     setText(this._details, this._detailsText(session, now));
 
     const ratio = progressRatio(session);
     const rebuilding = isRebuilding(session);
+    // A suspended kernel's checkpoint is written as a pause's is.
     const busy =
       session.state === 'pausing' ||
       session.state === 'restoring' ||
+      suspend === 'writing' ||
       rebuilding;
     this._progress.hidden = !busy && session.state !== 'waiting';
     if (session.state === 'waiting') {
@@ -130,8 +144,11 @@ export class SessionRow {
     }
 
     const error = session.error ? errorText(session.error, trans) : '';
-    this._message.classList.toggle('jp-GpuPause-error', !!error);
-    setText(this._message, this._messageText(session, error));
+    // A suspended kernel whose checkpoint failed still holds every
+    // variable: a warning, not an error.
+    this._message.classList.toggle('jp-GpuPause-error', !!error && !suspend);
+    this._message.classList.toggle('jp-GpuPause-warning', suspend === 'failed');
+    setText(this._message, this._messageText(session, error, now));
     this._message.hidden = !this._message.textContent;
 
     this._renderRebuild(session);
@@ -143,10 +160,13 @@ export class SessionRow {
    * the details line shows, so the row says what matters instead: why the
    * last pause failed, or what the last resume restored and what not.
    */
-  private _messageText(session: ISession, error: string): string {
+  private _messageText(session: ISession, error: string, now: number): string {
     const trans = this._trans;
     if (session.state === 'failed') {
       return error;
+    }
+    if (session.state === 'suspended') {
+      return suspendedMessage(session, trans, now);
     }
     if (session.state === 'waiting') {
       // The server's reason, with its numbers, as it wrote it.
@@ -187,6 +207,9 @@ export class SessionRow {
     const place = running ? placeText(session, trans) : '';
     if (gpu || place) {
       parts.push(gpu || place);
+    }
+    if (session.state === 'suspended') {
+      parts.push(...suspendedDetails(session, trans));
     }
     if (session.state === 'idle' && session.idle_seconds !== null) {
       parts.push(
@@ -319,6 +342,8 @@ export class SessionRow {
     const trans = this._trans;
     const gpuBytes = session.checkpoint?.gpu_bytes ?? 0;
     switch (command) {
+      case CommandIDs.resume:
+        return session.state === 'suspended' ? resumeInPlaceHint(trans) : '';
       case CommandIDs.resumeCpu: {
         const tensors = gpuBytes
           ? ' ' +

@@ -1,16 +1,18 @@
 /**
  * The status bar item: the current notebook's session at a glance —
- * "GPU 0 · 14.2 GiB · idle 12 min", "Paused · 6.1 GB", "Waiting for GPU · #2".
- * A click pauses a running kernel and resumes a paused one.
+ * "GPU 0 · 14.2 GiB · idle 12 min", "Paused · 6.1 GB", "Waiting for GPU · #2",
+ * "Suspended · kept until 14:05". A click pauses a running kernel and
+ * resumes a paused or suspended one.
  */
 import type { TranslationBundle } from '@jupyterlab/translation';
 import { CommandRegistry } from '@lumino/commands';
 import { ISignal, Signal } from '@lumino/signaling';
 import { Widget } from '@lumino/widgets';
 
-import { primaryCommand } from '../actions';
+import { primaryCommand, suspendPhase } from '../actions';
 import { errorText, statusText, waitReasonText } from '../format';
 import { SessionsModel } from '../model';
+import { suspendedMessage } from '../suspendText';
 import { CommandIDs, ISession } from '../tokens';
 import { setText } from './dom';
 
@@ -116,6 +118,7 @@ export class GpuPauseStatus extends Widget {
     const session = this._session;
     setText(this.node, session ? statusText(session, this._trans) : '');
     this.node.dataset.state = session?.state ?? '';
+    this.node.dataset.suspend = suspendPhase(session) ?? '';
     if (!session) {
       this.node.title = '';
       return;
@@ -124,19 +127,25 @@ export class GpuPauseStatus extends Widget {
     const hint =
       command === CommandIDs.pause
         ? this._trans.__('Click to pause the kernel and release its GPU.')
-        : command === CommandIDs.resume
-          ? this._trans.__('Click to resume the kernel with its state.')
-          : session.state === 'waiting'
-            ? this._trans.__(
-                'Click to leave the queue; the session stays paused.'
-              )
-            : '';
+        : session.state === 'suspended'
+          ? this._trans.__(
+              'Click to resume in place: the same kernel, back on a GPU.'
+            )
+          : command === CommandIDs.resume
+            ? this._trans.__('Click to resume the kernel with its state.')
+            : session.state === 'waiting'
+              ? this._trans.__(
+                  'Click to leave the queue; the session stays paused.'
+                )
+              : '';
     const detail =
       session.state === 'failed'
         ? errorText(session.error, this._trans)
         : session.state === 'waiting'
           ? session.message || waitReasonText(session, this._trans)
-          : session.message;
+          : session.state === 'suspended'
+            ? suspendedMessage(session, this._trans, Date.now())
+            : session.message;
     this.node.title = [detail, hint].filter(Boolean).join('\n');
   }
 

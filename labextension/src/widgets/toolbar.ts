@@ -1,16 +1,17 @@
 /**
  * The notebook toolbar item: the notebook's pause state as a button that
  * does the obvious next thing — "Pause", "Pausing 42%", "Paused — Resume",
- * "Waiting for GPU · #2" — or says what the kernel is busy with
- * ("Rebuilding: cell 2 of 3"). A paused notebook says so here instead of a bare
- * "No Kernel".
+ * "Waiting for GPU · #2", "Suspended — Resume" — or says what the kernel
+ * is busy with ("Rebuilding: cell 2 of 3"). A paused notebook says so here
+ * instead of a bare "No Kernel"; a suspended one is never called paused: its
+ * kernel lives on.
  */
 import { NotebookPanel } from '@jupyterlab/notebook';
 import type { TranslationBundle } from '@jupyterlab/translation';
 import { CommandRegistry } from '@lumino/commands';
 import { Widget } from '@lumino/widgets';
 
-import { isCapacityTimeout, primaryCommand } from '../actions';
+import { isCapacityTimeout, primaryCommand, suspendPhase } from '../actions';
 import { notebookPath } from '../commands';
 import {
   countdownText,
@@ -22,6 +23,11 @@ import {
   waitReasonText
 } from '../format';
 import { SessionsModel } from '../model';
+import {
+  resumeInPlaceHint,
+  suspendedLabel,
+  suspendedMessage
+} from '../suspendText';
 import { CommandIDs, ISession } from '../tokens';
 import { setText } from './dom';
 
@@ -91,6 +97,7 @@ export class NotebookStateButton extends Widget {
     }
     this.show();
     node.dataset.state = session.state;
+    node.dataset.suspend = suspendPhase(session) ?? '';
     node.disabled = primaryCommand(session) === null;
     setText(node, this._label(session));
     const { trans } = this._options;
@@ -98,11 +105,14 @@ export class NotebookStateButton extends Widget {
       [CommandIDs.pause]: trans.__(
         'Save the kernel state to storage and release the GPU'
       ),
-      [CommandIDs.resume]: session.open_kernel
-        ? trans.__(
-            'Restore the saved variables into the kernel this notebook has open (it has run nothing yet)'
-          )
-        : trans.__('Start a kernel and restore the saved variables'),
+      [CommandIDs.resume]:
+        session.state === 'suspended'
+          ? resumeInPlaceHint(trans)
+          : session.open_kernel
+            ? trans.__(
+                'Restore the saved variables into the kernel this notebook has open (it has run nothing yet)'
+              )
+            : trans.__('Start a kernel and restore the saved variables'),
       [CommandIDs.cancel]:
         session.state === 'waiting'
           ? trans.__('Leave the queue; the session stays paused.')
@@ -114,7 +124,9 @@ export class NotebookStateButton extends Widget {
         ? errorText(session.error, trans)
         : session.state === 'waiting'
           ? session.message || waitReasonText(session, trans)
-          : session.message;
+          : session.state === 'suspended'
+            ? suspendedMessage(session, trans, Date.now())
+            : session.message;
     node.title = [detail, command ? hint[command] : '']
       .filter(Boolean)
       .join('\n');
@@ -138,6 +150,8 @@ export class NotebookStateButton extends Widget {
       }
       case 'pausing':
         return trans.__('Pausing…%1', percent);
+      case 'suspended':
+        return suspendedLabel(session, trans);
       case 'paused':
         return trans.__('Paused — Resume');
       case 'waiting':
