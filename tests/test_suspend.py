@@ -81,6 +81,8 @@ async def test_the_gpu_goes_at_once_and_a_failed_write_loses_nothing(lab, store_
     s = await lab.open_notebook()
     await lab.run(s["kernel_id"], STATE)
     pid = kernel_pid(lab, s["kernel_id"])
+    FakeProbe.readings[s["id"]] = GpuUsage(devices=["GPU-0"], memory_bytes=64 << 20)
+    await wait_for(lambda: _measured(lab, s), timeout=60, what="the GPU reading")
     await lab.api("POST", f"sessions/{other['id']}/resume")
     await state_of(lab, other, "waiting")
     # When the user pauses
@@ -102,6 +104,8 @@ async def test_the_gpu_goes_at_once_and_a_failed_write_loses_nothing(lab, store_
     assert FakeCudaCheckpoint.states[pid] == "checkpointed"
     (event,) = await lab.events(s["id"], "suspended")
     assert event["detail"]["gpu_released_seconds"] == after["suspended"]["gpu_released_seconds"]
+    # and its GPU counts as reclaimed while it is suspended
+    await wait_for(lambda: _reclaiming(lab, s), timeout=60, what="GPU-seconds reclaimed")
     # When the user resumes while the other notebook holds the GPU, it waits in line
     code, _ = await lab.api("POST", f"sessions/{s['id']}/resume")
     assert code == 202
@@ -121,6 +125,11 @@ async def test_the_gpu_goes_at_once_and_a_failed_write_loses_nothing(lab, store_
     await lab.api("POST", f"sessions/{s['id']}/pause")
     assert (await lab.wait_state(s["id"]))["state"] == "paused"
     assert not lab.kernel_alive(s["kernel_id"])
+
+
+async def _reclaiming(lab, s):
+    cur = await lab.session(s["id"])
+    return cur if cur["accounting"]["gpu_seconds_reclaimed"] > 0 else None
 
 
 async def _failed_write(lab, s):

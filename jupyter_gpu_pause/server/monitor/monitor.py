@@ -30,7 +30,7 @@ from .policy import Policy, first_match
 DRY_RUN_TIMEOUT = 30.0
 MAX_BACKOFF = 3600.0  # longest wait between two attempts of a failing auto-pause
 ACCOUNTING_SAVE = 60.0  # seconds between two saves of a session's GPU-seconds
-RECLAIMING = ("paused", "waiting")  # states whose GPUs a pause gave back
+RECLAIMING = ("paused", "waiting", "suspended")  # states whose GPUs a pause gave back
 KERNEL_ACTIONS = "https://events.jupyter.org/jupyter_server/kernel_actions/v1"
 
 

@@ -13,7 +13,7 @@ from datetime import timedelta
 
 from ...store.format import iso, utcnow
 from ..state.event_types import EventType
-from ..state.model import Session
+from ..state.model import Session, gpu_device_count
 from .kept import KeptKernels
 from .suspender import Suspender, SuspendError
 
@@ -79,6 +79,7 @@ class Suspension:
         self.done = True
         seconds = round(released(), 3)
         s.state = "suspended"
+        s.gpu_devices_paused = gpu_device_count(s.gpu)  # reclaimed from now on, per device
         s.suspended = {
             "since": iso(utcnow()),
             "pids": pids,
