@@ -247,11 +247,11 @@ def _pause_and_resume(server, nv, n, layers, copies, disk, running, strict) -> b
                 nvml_s is not None,
                 f"{nvml_s:.2f} s after the request" if nvml_s is not None else "never seen",
             )
-        _phases("pause", n, ev, copies, disk)
+        print_phases("pause", n, ev, copies, disk)
 
         # When it is resumed at once (its blobs in the page cache) until a cell sees the model
-        ttu = _resume(server, sid, device, probe, ref, slow, running)
-        _phases("resume", n, last_event(server, sid, "resumed"), copies, disk)
+        ttu = timed_resume(server, sid, device, probe, ref, slow, running)
+        print_phases("resume", n, last_event(server, sid, "resumed"), copies, disk)
 
         # When it is paused again with nothing changed, and resumed once the warm kernel is
         # ready (the case of a person who comes back later: the pool had time to start it)
@@ -264,8 +264,10 @@ def _pause_and_resume(server, nv, n, layers, copies, disk, running, strict) -> b
             "a warm kernel, ready (GET capacity)",
             timeout=slow,
         )
-        ttu_warm = _resume(server, sid, device, probe, ref, slow, running)
-        _phases("resume into the warm kernel", n, last_event(server, sid, "resumed"), copies, disk)
+        ttu_warm = timed_resume(server, sid, device, probe, ref, slow, running)
+        print_phases(
+            "resume into the warm kernel", n, last_event(server, sid, "resumed"), copies, disk
+        )
     finally:
         if sampler is not None:
             sampler.stop()
@@ -300,7 +302,7 @@ def _pause_and_resume(server, nv, n, layers, copies, disk, running, strict) -> b
     return ok_ttu and ok_release
 
 
-def _resume(server, sid, device, probe, ref, slow, running) -> float:
+def timed_resume(server, sid, device, probe, ref, slow, running) -> float:
     """Resume; seconds from POST resume until a cell sees the model (then its weights checked)."""
     asked = time.monotonic()
     server.ask_resume(sid)
@@ -318,7 +320,7 @@ def _resume(server, sid, device, probe, ref, slow, running) -> float:
     return ttu
 
 
-def _phases(what: str, n: int, ev: dict, copies: dict, disk: dict) -> None:
+def print_phases(what: str, n: int, ev: dict, copies: dict, disk: dict) -> None:
     """One line per phase of the event: seconds, and GB/s of the state where bytes move."""
     timings = ev.get("timings") or {}
     versus = {

@@ -16,10 +16,19 @@
    through a real server, each phase's GB/s against the copy and disk rates measured in the
    same run, and the targets: time to usable <= 3 s from the page cache, GPU released <= the
    D2H time + 1 s (PASS/MISS; a miss fails the run only with ``--strict-targets``).
+5. ``suspend`` (``gpu_suspend.py``, issue #26): the same model through three servers. The tier
+   in force (``GET capacity``: the driver's version, whether the CUDA checkpoint API is
+   there); under ``suspend = "auto"`` the GPU released (NVML) <= 1.5 s after the click, the
+   session ``suspended`` then ``paused``, the checkpoint verified, the resume from it <= 3 s;
+   with ``keep_suspended_seconds`` and the store on a tmpfs made read-only, the session stays
+   ``suspended`` ("checkpoint not written") and resumes in place with every variable, and a
+   kept kernel resumes in place <= 1 s; under ``suspend = "never"`` the GPU released <= the
+   durable write at the disk's measured rate + 0.5 s.
 
 Prints one line per step and exits non-zero on the first failure. Usage:
-gpu_device_check.py [--only nvml|capacity|roundtrip|bigstate] [--tensor-gib 4 | --tensor-fraction
-0.6] [--bigstate-params 3e9] [--strict-targets] [--only bigstate --cpu-rehearsal]
+gpu_device_check.py [--only nvml|capacity|roundtrip|bigstate|suspend] [--tensor-gib 4 |
+--tensor-fraction 0.6] [--bigstate-params 3e9] [--strict-targets] [--only bigstate --only
+suspend --cpu-rehearsal]
 """
 
 from __future__ import annotations
@@ -474,12 +483,20 @@ def bigstate_check(params: float = 3e9, strict: bool = False, rehearsal: bool = 
     return run(params, strict, rehearsal)
 
 
+def suspend_check(params: float = 3e9, strict: bool = False, rehearsal: bool = False) -> bool:
+    from gpu_suspend import run
+
+    return run(params, strict, rehearsal)
+
+
 CHECKS = {
     "nvml": nvml_checks,
     "capacity": capacity_check,
     "roundtrip": cuda_roundtrip,
     "bigstate": bigstate_check,
+    "suspend": suspend_check,
 }
+REHEARSED = ("bigstate", "suspend")  # the checks --cpu-rehearsal can run without a GPU
 
 
 def main(argv=None) -> int:
@@ -504,21 +521,22 @@ def main(argv=None) -> int:
         "--bigstate-params",
         type=float,
         default=3e9,
-        help="bigstate: parameters of the fp16 model (default 3e9: 6 GB)",
+        help="bigstate, suspend: parameters of the fp16 model (default 3e9: 6 GB)",
     )
     ap.add_argument(
         "--strict-targets",
         action="store_true",
-        help="bigstate: exit 1 when a speed target is missed (default: print MISS only)",
+        help="bigstate, suspend: exit 1 when a speed target is missed (default: print MISS only)",
     )
     ap.add_argument(
         "--cpu-rehearsal",
         action="store_true",
-        help="bigstate only: the model on the CPU and NVML skipped, to try it without a GPU",
+        help="bigstate, suspend only: the model on the CPU and NVML skipped (suspend: the "
+        "driver a declared fake), to try them without a GPU",
     )
     args = ap.parse_args(argv)
-    if args.cpu_rehearsal and args.only != ["bigstate"]:
-        ap.error("--cpu-rehearsal goes with --only bigstate")
+    if args.cpu_rehearsal and not (args.only and set(args.only) <= set(REHEARSED)):
+        ap.error("--cpu-rehearsal goes with --only bigstate and/or --only suspend")
     if args.tensor_gib < 1 or not 0 < (args.tensor_fraction or 0.5) < 1:
         ap.error("--tensor-gib must be >= 1 and --tensor-fraction between 0 and 1")
     met = True
@@ -526,8 +544,10 @@ def main(argv=None) -> int:
         print(f"--- {name}", flush=True)
         if name == "capacity":
             capacity_check(args.tensor_gib, args.tensor_fraction)
-        elif name == "bigstate":
-            met = bigstate_check(args.bigstate_params, args.strict_targets, args.cpu_rehearsal)
+        elif name in REHEARSED:
+            met = (
+                CHECKS[name](args.bigstate_params, args.strict_targets, args.cpu_rehearsal) and met
+            )
         else:
             CHECKS[name]()
     return 1 if args.strict_targets and not met else 0

@@ -184,12 +184,30 @@ class JupyterServer:
             f"tracking the kernel of {path}",
         )
 
-    def run(self, kernel_id: str, code: str, timeout: float = WAIT) -> str:
-        """Execute a cell in the kernel through its connection file; return its stdout."""
+    def connect(self, kernel_id: str, timeout: float = WAIT) -> BlockingKernelClient:
+        """A client of the kernel through its connection file, its channels started and the
+        kernel answering (``stop_channels()`` when done)."""
         c = BlockingKernelClient(connection_file=str(self.runtime / f"kernel-{kernel_id}.json"))
         c.load_connection_file()
         c.hb_channel.time_to_dead = 5.0  # 1 s misses beats of kernels on a loaded small VM
         c.start_channels()
+        try:
+            self._ready(c, kernel_id, timeout)
+        except BaseException:
+            c.stop_channels()
+            raise
+        return c
+
+    def run(
+        self,
+        kernel_id: str,
+        code: str,
+        timeout: float = WAIT,
+        client: BlockingKernelClient | None = None,
+    ) -> str:
+        """Execute a cell in the kernel; return its stdout. Through a client of its own, or
+        ``client`` (``connect``), already connected: as a page that stays open on the kernel."""
+        c = client or self.connect(kernel_id, timeout)
         out: list[str] = []
         err: list[str] = []
 
@@ -200,10 +218,10 @@ class JupyterServer:
                 err.append("\n".join(msg["content"]["traceback"]))
 
         try:
-            self._ready(c, kernel_id, timeout)
             reply = c.execute_interactive(code, output_hook=hook, timeout=timeout)
         finally:
-            c.stop_channels()
+            if client is None:
+                c.stop_channels()
         if reply["content"]["status"] != "ok":
             raise ServerError(f"{self.label}: cell failed: {''.join(err)}")
         return "".join(out)
