@@ -79,6 +79,17 @@ def test_nvml_best_fit_is_the_smallest_gpu_that_fits_not_gpu_0():
     assert v.grant.devices == ["G1"] and v.grant.env == {"CUDA_VISIBLE_DEVICES": "G1"}
 
 
+def test_nvml_puts_a_kernel_suspended_in_place_back_on_its_own_gpu():
+    p = nvml(gpu("G0", 80, 0), gpu("G1", 80, 50), gpu("G2", 80, 75))
+    # best fit would be G1; the kernel's CUDA contexts are G2's
+    assert p.decide(Need("s", (4 * GB,), on=("G2",)), []).grant.devices == ["G2"]
+    full = p.decide(Need("s", (20 * GB,), on=("G2",)), [])
+    assert full.grant is None and not full.never and "the largest free is 5.0 GB" in full.message
+    gone = p.decide(Need("s", (GB,), on=("G9",)), [])
+    assert gone.never
+    assert "the GPU G9 it was suspended on is no longer on this machine" in gone.message
+
+
 def test_nvml_counts_reservations_of_grants_not_yet_allocated():
     p = nvml(gpu("G0", 80, 0), gpu("G1", 80, 50))
     # another resume was just granted 25 GB on G1 and has not allocated it yet

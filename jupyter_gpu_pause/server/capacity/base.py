@@ -24,6 +24,8 @@ class Need:
 
     session_id: str
     per_device: tuple[int, ...] = (0,)  # largest first; one entry per saved CUDA device
+    # the GPUs (UUIDs) it must be on: a kernel suspended in place goes back onto its own
+    on: tuple[str, ...] = ()
 
     @property
     def total(self) -> int:
@@ -96,12 +98,14 @@ class CapacityProvider(LoggingConfigurable):
     def _not_negative(self, proposal):
         return not_negative(self, proposal)
 
-    def need(self, session_id: str, gpu_bytes_per_device: list[int]) -> Need:
-        """A resume's need: the checkpoint's GPU bytes per device, plus headroom."""
+    def need(self, session_id: str, gpu_bytes_per_device: list[int], on=()) -> Need:
+        """A resume's need: the checkpoint's GPU bytes per device, plus headroom; ``on``: the
+        GPUs it must be placed on (a resume in place), any if empty."""
         sizes = sorted(gpu_bytes_per_device or [0], reverse=True)
         return Need(
             session_id,
             tuple(int(b * (1 + self.headroom_fraction)) + self.headroom_bytes for b in sizes),
+            tuple(on),
         )
 
     def decide(self, need: Need, holders: list[Holder]) -> Verdict:

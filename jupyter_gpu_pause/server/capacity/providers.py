@@ -103,6 +103,15 @@ class NvmlCapacity(CapacityProvider):
                 never=True,
             )
         free = self._free(devices, holders)
+        if need.on:  # a kernel suspended in place: only the GPUs it holds its contexts for
+            gone = [u for u in need.on if u not in free]
+            if gone:
+                return Verdict(
+                    reason="gpu-memory",
+                    message=f"the GPU {gone[0]} it was suspended on is no longer on this machine",
+                    never=True,
+                )
+            free = {u: f for u, f in free.items() if u in need.on}
         order = {d["uuid"]: i for i, d in enumerate(devices)}
         chosen: list[str] = []
         for size in need.per_device:  # largest first, each on the smallest GPU it fits

@@ -135,8 +135,8 @@ class Capacity:
             self.changed()
 
     # -- asking --------------------------------------------------------------------------------
-    def need(self, session_id: str, gpu_bytes_per_device: list[int]) -> Need:
-        return self.provider.need(session_id, gpu_bytes_per_device)
+    def need(self, session_id: str, gpu_bytes_per_device: list[int], on=()) -> Need:
+        return self.provider.need(session_id, gpu_bytes_per_device, on)
 
     def _decide(self, need: Need, holders: list[Holder]) -> Verdict:
         verdict = self.provider.decide(need, holders)

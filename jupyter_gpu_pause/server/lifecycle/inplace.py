@@ -43,7 +43,8 @@ class ResumeInPlace(Resume):
         suspended = dict(s.suspended or {})
         try:
             self.clock.enter("capacity")
-            need = ctx.capacity.need(s.id, per_device(suspended))
+            on = tuple(suspended.get("devices") or ())  # its own GPUs: the driver's restore
+            need = ctx.capacity.need(s.id, per_device(suspended), on)
             grant = await self._wait_in_line(need, "gpu")
             s.state, s.device = "restoring", "gpu"
             s.grant = {"devices": grant.devices, "bytes": grant.bytes}
