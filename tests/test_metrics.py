@@ -66,6 +66,7 @@ async def test_a_pause_and_a_resume_move_the_metrics(lab):
         "active",
         "idle",
         "pausing",
+        "suspended",
         "paused",
         "waiting",
         "restoring",
