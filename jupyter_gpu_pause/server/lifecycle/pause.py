@@ -69,7 +69,7 @@ class Pause:
                 self.ctx.upkeep.drop_intents(self.cid)
         try:
             self.clock.enter("shutdown")
-            await self.ctx.bridge.shutdown(self.kernel_id)
+            self.exit = await self.ctx.bridge.finish(self.kernel_id)  # "killed" | "graceful: …"
             self.gpu_released = self.clock.since_start()
             await self.ctx.capacity.release(s.id)
         except (Exception, asyncio.CancelledError) as e:
@@ -162,6 +162,7 @@ class Pause:
             bytes=manifest.total_bytes,
             skipped=skipped,
             message=s.message,
+            exit=self.exit,
             **self._timings(manifest),
         )
         if self.ctx.upkeep:  # retention, once this pause has ended
