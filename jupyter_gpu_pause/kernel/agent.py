@@ -3,8 +3,9 @@
 The server sends one silent ``execute_request`` whose code (``CODE``) calls ``call_parent``; the
 request ``{"protocol", "func", "params"}`` is in that message's metadata (``REQUEST_KEY``), not
 in the code, which IPython would run through its input transformers. ``func`` is ``capture``,
-``restore``, ``check``, ``warm``, ``gpu``, ``usage``, ``track`` or ``rebuild``; every request
-first installs the cell log (``cells.py``) if this kernel has none yet. (``call`` takes the
+``restore``, ``check``, ``warm``, ``gpu``, ``usage``, ``track``, ``rebuild`` or ``finish``; every
+request first takes the kernel's exit baseline (``finish.py``) and installs the cell log
+(``cells.py``) if this kernel has none yet. (``call`` takes the
 request as base64 JSON in the code, as servers before this one sent it.)
 Progress and the final result travel back as display_data messages with our own MIME types on
 IOPub: frontends ignore them (the request is not theirs) and nothing is added to the user's
@@ -23,6 +24,8 @@ from ..store.schema import MAX_TEXT
 from ..units import count_text, size_text
 from . import api, cells, rerun
 from .capture import CaptureError, environment, host_copies, make_plan, write_plan
+from .finish import prepare_exit
+from .finish import watch as watch_exit
 from .restore import RestoreError, load_blobs, restore_objects
 from .trial import start as start_trial
 from .trial import verified_plan
@@ -148,9 +151,14 @@ def _run(request) -> None:
         "usage": usage,
         "track": track,
         "rebuild": rebuild,
+        "finish": finish,
     }.get(func)
     if entry is None:
         return _fail(f"the agent has no function {func!r}", "agent-protocol")
+    try:  # before any cell runs: what is registered to run at exit from now on is the user's
+        watch_exit(_shell())
+    except Exception:  # no baseline: finish then says a kill is not safe
+        pass
     try:
         cells.install(_shell())  # from now on every cell a person runs is recorded
     except Exception:  # the log is a help for later; it never stands in a request's way
@@ -357,6 +365,13 @@ def track(params: dict) -> None:
     """Start the cell log now (``_run`` installs it): the server asks as soon as it sees a new
     kernel, so each cell's run time is known from the first one on."""
     _ok({"cells": len(cells.install(_shell()).cells)})
+
+
+def finish(params: dict) -> None:
+    """Just before the server kills this kernel (its checkpoint is committed): whether the kill
+    loses anything a graceful exit would keep, and if not, what of that exit matters done now
+    (``finish.py``)."""
+    _ok(prepare_exit(_shell()))
 
 
 def rebuild(params: dict) -> None:

@@ -31,6 +31,7 @@ WATCH_INTERVAL = 0.5
 IOPUB_GRACE = (0.01, 0.5)
 SHELL_POLL = 0.5  # seconds between two looks at a kernel that has not answered yet
 CANCEL_GRACE = 8.0  # seconds a cancelled agent call may take to unwind after the interrupt
+FINISH_TIMEOUT = 5.0  # seconds the agent may take to judge a kill before a graceful shutdown
 MAX_MESSAGE = 2000  # characters of an agent's error message passed on to the user
 MAX_PACKAGES = 100  # package names a capture's progress may name for a warm kernel
 
@@ -468,6 +469,35 @@ class KernelBridge:
         ``shutdown`` is."""
         if self.is_running(kernel_id):
             await asyncio.shield(self.km.shutdown_kernel(kernel_id, now=True))
+
+    async def finish(self, kernel_id: str) -> str:
+        """Stop a kernel whose state is safe elsewhere (a committed checkpoint) the fast way
+        when nothing its user relies on is lost by it: ``"killed"``, else a graceful shutdown,
+        ``"graceful: <what a kill would lose>"``.
+
+        The kernel's agent judges and, when a kill is safe, writes out what a graceful exit
+        would have (``kernel/finish.py``); any failure or silence of it means graceful. The
+        kill is jupyter_client's ``shutdown_kernel(now=True)``: the same bookkeeping as a
+        graceful shutdown (restarter stopped first, so no auto-restart; activity watch,
+        connection file and the kernel's entry dropped; Jupyter's session lapses with the
+        kernel), only the shutdown request and its wait skipped. Once asked, it runs to its end
+        even if the caller is cancelled, as ``shutdown``.
+        """
+        return await asyncio.shield(self._finish(kernel_id))
+
+    async def _finish(self, kernel_id: str) -> str:
+        try:
+            answer = await asyncio.wait_for(self.run_agent(kernel_id, "finish", {}), FINISH_TIMEOUT)
+            why = None if answer.get("safe") is True else str(answer.get("why") or "unsafe")
+        except asyncio.TimeoutError:
+            why = f"the kernel did not say within {FINISH_TIMEOUT:g} s whether a kill is safe"
+        except Exception as e:  # another agent, a kernel that died or was stopped meanwhile
+            why = f"the kernel could not say whether a kill is safe ({e})"
+        if why is None:
+            await self.kill(kernel_id)
+            return "killed"
+        await self.shutdown(kernel_id)
+        return f"graceful: {why[:MAX_MESSAGE]}"
 
     async def attach(self, path: str, name: str, type_: str, kernel_name: str, kernel_id: str):
         """Make the notebook's Jupyter session use ``kernel_id`` (creating the session if gone)."""

@@ -329,6 +329,13 @@ class GatewayBridge(KernelBridge):
         finally:
             self._listed = None
 
+    async def finish(self, kernel_id: str) -> str:
+        """Always the graceful shutdown, without asking the agent: a gateway's kernel is
+        stopped by its DELETE, which does not take ``now`` (the gateway decides how its
+        process ends)."""
+        await self.shutdown(kernel_id)
+        return "graceful: the kernel runs behind a gateway, which stops it its own way"
+
 
 class RedactSecrets(logging.Filter):
     """Keeps secrets out of the server's log.

@@ -42,6 +42,7 @@ class Pause:
         self.unverified: dict | None = None  # saved but not test-restored (kernel/trial.py)
         self.suspension: Suspension | None = None  # under the suspend tier, a GPU session's
         self.kept: str | None = None  # kept suspended after the commit, until: why let go
+        self.exit: str | None = None  # how the kernel stopped: "killed" | "graceful: <why>"
 
     def begin(self, busy: bool) -> None:
         """The session enters ``pausing`` (admission calls this under its lock, before the
@@ -94,8 +95,11 @@ class Pause:
         would run CUDA teardown, which blocks while it is suspended)."""
         try:
             self.clock.enter("shutdown")
-            stop = self.ctx.bridge.kill if suspended else self.ctx.bridge.shutdown
-            await stop(self.kernel_id)
+            if suspended:  # its exit would run CUDA teardown, which blocks while suspended
+                await self.ctx.bridge.kill(self.kernel_id)
+                self.exit = "killed"
+            else:
+                self.exit = await self.ctx.bridge.finish(self.kernel_id)  # or "graceful: …"
             if self.gpu_released is None:
                 self.gpu_released = self.clock.since_start()
             await self.ctx.capacity.release(self.s.id)
@@ -234,6 +238,7 @@ class Pause:
             suspended=self.op.suspended,
             not_suspended=self.suspension.why_not if self.suspension else None,
             kept=self.kept,
+            exit=self.exit,
             **self._timings(manifest),
         )
         if self.ctx.upkeep:  # retention, once this pause has ended

@@ -1,0 +1,12 @@
+import { chromium } from '@playwright/test';
+const [port, token, out] = process.argv.slice(2);
+const browser = await chromium.launch({ executablePath: '/usr/bin/chromium', args: ['--no-sandbox'] });
+const page = await browser.newPage({ viewport: { width: 1400, height: 850 } });
+await page.goto(`http://127.0.0.1:${port}/lab/tree/train.ipynb?token=${token}`);
+await page.waitForSelector('.jp-NotebookPanel', { timeout: 60000 });
+await page.waitForFunction(() => window.jupyterapp && window.jupyterapp.commands.hasCommand('jupyter-gpu-pause:open-panel'), null, { timeout: 60000 });
+await page.evaluate(() => window.jupyterapp.commands.execute('jupyter-gpu-pause:open-panel'));
+await page.waitForSelector('#jupyter-gpu-pause-panel .jp-GpuPause-row', { timeout: 60000 });
+await page.waitForTimeout(3000);
+await page.screenshot({ path: out });
+await browser.close();
