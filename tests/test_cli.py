@@ -124,12 +124,14 @@ def test_pause_wait_then_resume_wait_brings_the_variable_back(server, cli):
 SUSPEND_CONFIG = """
 c.GpuPauseApp.cuda_checkpoint_class = "tests.fakes.FakeCudaCheckpoint"
 c.GpuPauseApp.gpu_kernelspecs = ["python3*"]
+c.GpuPauseApp.keep_suspended_seconds = 600
 c.GpuPauseApp.policies = []
 """
 
 
-def test_pause_wait_follows_a_suspended_pause_to_paused(tmp_path):
-    # Given a server where pauses suspend in place (the driver is the declared fake)
+def test_pause_wait_ends_once_a_suspended_kernels_checkpoint_is_written(tmp_path):
+    # Given a server where pauses suspend in place and keep the kernel (the declared fake
+    # driver), and a notebook whose kernel holds x = 42
     s = Server(tmp_path, config=SUSPEND_CONFIG)
     root = str(Path(__file__).resolve().parents[1])
     s.env["PYTHONPATH"] = os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])
@@ -138,15 +140,17 @@ def test_pause_wait_follows_a_suspended_pause_to_paused(tmp_path):
         env = {**cli_env(s.runtime), "JUPYTER_CONFIG_DIR": str(s.tmp / "config")}
         nb = s.open_notebook("suspend.ipynb")
         s.run(nb["kernel_id"], "x = 42")
-        assert "tier: suspend" in run_cli(env, "capacity").stdout
-        # When it is paused, followed to its end (plain lines: not a terminal)
+        assert "tier: suspend — the CUDA driver 570.86.15" in run_cli(env, "capacity").stdout
+        # When it is paused, followed to its end
         paused = run_cli(env, "pause", "suspend.ipynb", "--wait")
-        # Then the command goes through `suspended` and ends once the session is paused
-        assert paused.returncode == 0, paused.stderr
-        assert "suspend.ipynb: suspended" in paused.stdout, paused.stdout
-        assert "suspend.ipynb: Paused" in paused.stdout
-        # And the resume brings x back
+        # Then the command succeeds once the checkpoint is written, the kernel kept suspended
+        assert paused.returncode == 0, (paused.stdout, paused.stderr)
+        assert "the kernel is kept for a fast resume until" in paused.stdout
+        now = s.sessions()[nb["id"]]
+        assert now["state"] == "suspended" and now["suspended"]["checkpoint"] == "written"
+        # And `resume --wait` brings the same kernel back, x in it
         back = as_json(run_cli(env, "resume", "suspend.ipynb", "--wait", "--json"))
+        assert back["kernel_id"] == nb["kernel_id"]
         assert s.run(back["kernel_id"], "print(x)").strip() == "42"
     finally:
         s.stop()

@@ -30,7 +30,10 @@ export function resumedText(
   const message = sentence(withoutPlan(event));
   let text =
     event.detail.in_place === true
-      ? trans.__('Resumed %1 in place. %2', path, message)
+      ? trans.__(
+          'Resumed %1 in place: the same kernel, every variable as it was.',
+          path
+        )
       : event.detail.device === 'cpu'
         ? trans.__('Resumed %1 on the CPU. %2', path, message)
         : trans.__('Resumed %1. %2', path, message);

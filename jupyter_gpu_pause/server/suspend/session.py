@@ -83,7 +83,8 @@ class Suspension:
         s.suspended = {
             "since": iso(utcnow()),
             "pids": pids,
-            "host_bytes": host_bytes + held,  # the agent's copies and the driver's
+            # the agent's copies and the driver's; None: neither measured
+            "host_bytes": (host_bytes + held) or None,
             "gpu_bytes": held,
             "devices": list((s.gpu or {}).get("devices") or []),
             "checkpoint": "writing",
@@ -120,7 +121,7 @@ class Suspension:
             f"Suspended — checkpoint {brief['id']} saved; the kernel is kept for a fast resume "
             f"until {until:%H:%M:%S} UTC"
         )
-        kept.keep(s.id, seconds, s.suspended["host_bytes"], let_go)
+        kept.keep(s.id, seconds, s.suspended["host_bytes"] or 0, let_go)
         await self.table.persist(s)
 
     async def unwritten(self, reason: str, text: str, timings: dict) -> None:

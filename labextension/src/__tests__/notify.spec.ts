@@ -348,7 +348,7 @@ describe('EventNotifier', () => {
     );
     // Then its toast says so and replaces the suspend's
     expect(toasts[1].message).toBe(
-      'Resumed train.ipynb in place. CUDA state restored on GPU 0.'
+      'Resumed train.ipynb in place: the same kernel, every variable as it was.'
     );
     expect(dismiss).toHaveBeenCalledWith(toasts[0].id);
   });
@@ -414,7 +414,7 @@ describe('the sentences of the suspend toasts', () => {
       message: 'CUDA state restored on GPU 0 in 1.2 s'
     });
     expect(resumedText('train.ipynb', resumed, trans as any)).toBe(
-      'Resumed train.ipynb in place. CUDA state restored on GPU 0 in 1.2 s. It waited 2 min for a GPU.'
+      'Resumed train.ipynb in place: the same kernel, every variable as it was. It waited 2 min for a GPU.'
     );
   });
 
