@@ -106,6 +106,9 @@ async def test_the_gpu_goes_at_once_and_a_failed_write_loses_nothing(lab, store_
     assert event["detail"]["gpu_released_seconds"] == after["suspended"]["gpu_released_seconds"]
     # and its GPU counts as reclaimed while it is suspended
     await wait_for(lambda: _reclaiming(lab, s), timeout=60, what="GPU-seconds reclaimed")
+    # and a cell run in the suspended kernel fails at once, saying why, changing nothing
+    with pytest.raises(AssertionError, match="This kernel is suspended in place"):
+        await lab.run(s["kernel_id"], 'note = "changed after the checkpoint"')
     # When the user resumes while the other notebook holds the GPU, it waits in line
     code, _ = await lab.api("POST", f"sessions/{s['id']}/resume")
     assert code == 202
@@ -117,7 +120,7 @@ async def test_the_gpu_goes_at_once_and_a_failed_write_loses_nothing(lab, store_
     assert back["kernel_id"] == s["kernel_id"] and back["suspended"] is None
     assert kernel_pid(lab, s["kernel_id"]) == pid
     assert FakeCudaCheckpoint.states[pid] == "running"
-    assert (await lab.run(s["kernel_id"], READBACK)).strip() == READBACK_OK
+    assert (await lab.run(s["kernel_id"], READBACK)).strip() == READBACK_OK  # note as it was
     (resumed,) = await lab.events(s["id"], "resumed")
     assert resumed["detail"]["in_place"] is True
     # And with the store writable again, the next pause completes the usual way
@@ -239,3 +242,20 @@ async def test_suspend_never_keeps_the_checkpoint_tier(lab):
     assert cap["tier"]["reason"] == "suspend in place is turned off (GpuPauseApp.suspend = 'never')"
     await lab.pause_and_resume()
     assert FakeCudaCheckpoint.calls == []
+
+
+@pytest.mark.gp_config(**SUSPEND)
+async def test_a_pause_that_neither_suspends_nor_writes_leaves_the_kernel_usable(lab, store_fs):
+    # Given a driver that refuses the process and a store that cannot be written
+    mount, remount = store_fs
+    mount("size=64m")
+    remount("ro")
+    FakeCudaCheckpoint.fail = {"lock": "CUDA_ERROR_NOT_SUPPORTED"}
+    s = await lab.open_notebook()
+    await lab.run(s["kernel_id"], STATE)
+    # When paused, the pause fails: the kernel runs on, untouched
+    await lab.api("POST", f"sessions/{s['id']}/pause")
+    after = await lab.wait_state(s["id"])
+    assert after["state"] in ("active", "idle") and "Read-only file system" in after["message"]
+    # Then its cells run again (the guard put up for the suspension is lifted)
+    assert (await lab.run(s["kernel_id"], READBACK)).strip() == READBACK_OK

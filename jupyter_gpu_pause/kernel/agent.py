@@ -3,7 +3,8 @@
 The server sends one silent ``execute_request`` whose code (``CODE``) calls ``call_parent``; the
 request ``{"protocol", "func", "params"}`` is in that message's metadata (``REQUEST_KEY``), not
 in the code, which IPython would run through its input transformers. ``func`` is ``capture``,
-``restore``, ``check``, ``warm``, ``gpu``, ``usage``, ``track``, ``rebuild`` or ``finish``; every
+``restore``, ``check``, ``warm``, ``gpu``, ``usage``, ``track``, ``rebuild``, ``finish`` or
+``unguard``; every
 request first takes the kernel's exit baseline (``finish.py``) and installs the cell log
 (``cells.py``) if this kernel has none yet. (``call`` takes the
 request as base64 JSON in the code, as servers before this one sent it.)
@@ -22,7 +23,7 @@ import time
 from ..store import IntegrityError, Store, StoreError, declare_intent
 from ..store.schema import MAX_TEXT
 from ..units import count_text, size_text
-from . import api, cells, rerun
+from . import api, cells, guard, rerun
 from .capture import CaptureError, environment, host_copies, make_plan, write_plan
 from .finish import prepare_exit
 from .finish import watch as watch_exit
@@ -152,6 +153,7 @@ def _run(request) -> None:
         "track": track,
         "rebuild": rebuild,
         "finish": finish,
+        "unguard": unguard,
     }.get(func)
     if entry is None:
         return _fail(f"the agent has no function {func!r}", "agent-protocol")
@@ -167,6 +169,14 @@ def _run(request) -> None:
         entry(params)
     except Exception as e:  # never leave the server waiting for an answer
         _fail(f"{func} failed: {type(e).__name__}: {e}", "agent-error")
+
+
+def unguard(params: dict) -> None:
+    """The kernel runs again (resumed in place, or never suspended): cells run again."""
+    shell = _shell()
+    was = guard.installed(shell)
+    guard.remove(shell)
+    _ok({"guarded": was})
 
 
 def _store(params: dict) -> Store:
@@ -245,6 +255,9 @@ def capture(params: dict) -> None:
             else:
                 plan.unverified = verdict.unverified
             host_bytes = sum(int(a.nbytes) for a in host.values())
+            # from here the server may suspend the kernel: no cell of a person's runs until
+            # the resume in place lifts the guard (``unguard``)
+            guard.install(shell)
             _publish(
                 MIME_PROGRESS,
                 {

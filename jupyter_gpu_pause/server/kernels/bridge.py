@@ -463,12 +463,13 @@ class KernelBridge:
         if self.is_running(kernel_id):
             await asyncio.shield(self.km.shutdown_kernel(kernel_id))
 
-    async def kill(self, kernel_id: str) -> None:
+    async def kill(self, kernel_id: str) -> str:
         """Kill a kernel's process without asking it (a kernel suspended in place cannot run
         its exit: its CUDA teardown would block until it is restored); shielded as
-        ``shutdown`` is."""
+        ``shutdown`` is. Returns ``"killed"`` (as ``finish`` says it)."""
         if self.is_running(kernel_id):
             await asyncio.shield(self.km.shutdown_kernel(kernel_id, now=True))
+        return "killed"
 
     async def finish(self, kernel_id: str) -> str:
         """Stop a kernel whose state is safe elsewhere (a committed checkpoint) the fast way

@@ -17,7 +17,7 @@ from ...store.format import iso
 from ..state.errors import failure
 from ..state.event_types import EventType
 from ..state.model import Session
-from ..suspend.session import not_back
+from ..suspend.session import guard_lifted, not_back
 from .context import ResumeContext
 from .operations import Op
 from .resume import Resume, ResumeOptions
@@ -52,6 +52,7 @@ class ResumeInPlace(Resume):
             s.progress = {"phase": "restoring", "done_bytes": 0, "total_bytes": None}
             self.clock.enter("read")
             await ctx.suspender.restore(suspended.get("pids") or [])
+            await guard_lifted(ctx.bridge.run_agent, s)
         except (Exception, asyncio.CancelledError) as e:
             await ctx.capacity.release(s.id)
             await self._not_back(suspended, e)

@@ -67,20 +67,18 @@ class Pause:
             manifest = await self._checkpoint()
         except asyncio.CancelledError:
             if await self._suspended():
-                await self._unwritten(None)
-            else:
-                await self._cancelled()
-            return
+                return await self._unwritten(None)
+            await self._unguard()
+            return await self._cancelled()
         except KernelDied as e:
             await self._suspended()
             await self._lost(e)
             return
         except Exception as e:
             if await self._suspended():
-                await self._unwritten(e)
-            else:
-                await self._refused(e)
-            return
+                return await self._unwritten(e)
+            await self._unguard()
+            return await self._refused(e)
         finally:
             s.progress = None
             if self.cid and self.ctx.upkeep:  # written, or never will be
@@ -95,11 +93,8 @@ class Pause:
         would run CUDA teardown, which blocks while it is suspended)."""
         try:
             self.clock.enter("shutdown")
-            if suspended:  # its exit would run CUDA teardown, which blocks while suspended
-                await self.ctx.bridge.kill(self.kernel_id)
-                self.exit = "killed"
-            else:
-                self.exit = await self.ctx.bridge.finish(self.kernel_id)  # or "graceful: …"
+            bridge = self.ctx.bridge
+            self.exit = await (bridge.kill if suspended else bridge.finish)(self.kernel_id)
             if self.gpu_released is None:
                 self.gpu_released = self.clock.since_start()
             await self.ctx.capacity.release(self.s.id)
@@ -111,6 +106,10 @@ class Pause:
     # -- the suspend tier (server/suspend/session.py) ------------------------------------------
     async def _suspended(self) -> bool:
         return bool(self.suspension and await self.suspension.settled())
+
+    async def _unguard(self) -> None:
+        if self.suspension is not None:  # it runs on: let its cells run again
+            await self.suspension.unguard(self.ctx.bridge.run_agent, self.kernel_id)
 
     async def _keep(self, manifest) -> bool:
         """``keep_suspended_seconds``: keep the suspended kernel for a resume in place."""

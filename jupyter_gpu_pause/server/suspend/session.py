@@ -45,6 +45,7 @@ class Suspension:
         )
         self.reason = reason
         self.pid: int | None = None
+        self.asked = False
         self.task: asyncio.Future | None = None
         self.done = False  # the kernel is suspended: its GPU released
         self.why_not: str | None = None  # why this pause did not suspend, under the tier
@@ -58,7 +59,8 @@ class Suspension:
             return False
         held = gpu_bytes(self.s)
         self.why_not = self.suspender.room(held, also=held)
-        return self.why_not is None
+        self.asked = self.why_not is None  # the agent then guards its cells at "staged"
+        return self.asked
 
     def staged(self, host_bytes: int, released: Callable[[], float]) -> None:
         """The agent has its host copies (progress ``staged``): suspend while it writes."""
@@ -103,6 +105,17 @@ class Suspension:
             message=s.message,
         )
 
+    async def unguard(self, run_agent, kernel_id: str) -> None:
+        """The kernel runs on unsuspended (a pause that did not suspend it and failed or was
+        cancelled, a resume in place): lift the guard the agent put up at ``staged``
+        (``kernel/guard.py``), so its cells run again. Never raises: the outcome stands."""
+        if not self.asked:
+            return
+        try:
+            await run_agent(kernel_id, "unguard", {})
+        except Exception as e:
+            self.log.error("jupyter_gpu_pause: %s: cells still refused: %s", self.s.path, e)
+
     async def settled(self) -> bool:
         """Whether the kernel is suspended, once a suspension under way has ended."""
         if self.task is not None:
@@ -139,6 +152,15 @@ class Suspension:
             "the kernel; Resume brings it back in place",
             **timings,
         )
+
+
+async def guard_lifted(run_agent, s: Session) -> None:
+    """A resume in place: the kernel's CUDA state is back, its cells may run again (the agent
+    lifts the guard it put up at ``staged``, ``kernel/guard.py``)."""
+    try:
+        await run_agent(s.kernel_id, "unguard", {})
+    except Exception as e:  # said in the message; restoring the CUDA state again is no use
+        raise SuspendError(f"the kernel's cells could not be let run again ({e})") from e
 
 
 async def not_back(table, kill, s: Session, suspended: dict, reason, text, timings) -> None:
