@@ -34,7 +34,7 @@ from jupyter_gpu_pause.kernel.capture import (
 from jupyter_gpu_pause.kernel.staging import Staging
 from jupyter_gpu_pause.store import Store, StoreError
 from jupyter_gpu_pause.store.format import blob_path
-from jupyter_gpu_pause.store.writes import WRITERS
+from jupyter_gpu_pause.store.writes import INLINE_BYTES, WRITERS
 from tests.test_staging import CopyFailed, LazyCopier, pattern
 from tests.test_store_io import Interrupt, wait_until
 from tests.test_store_unit import leftovers
@@ -115,7 +115,7 @@ def test_blobs_are_written_several_at_once_and_each_appears_whole(store_dir):
     # Given twice as many blobs as writers, each read part by part, whose first part is handed
     # over only once WRITERS of them are being written at the same time
     tally = Tally(barrier=WRITERS)
-    datas = distinct(2 * WRITERS, 3 * 64 * 1024 + 5)
+    datas = distinct(2 * WRITERS, 3 * 512 * 1024 + 5)
     store = Store(str(store_dir))
     # When they are written and verified
     store.write_blobs(items_of(datas, tally), verify=True)
@@ -123,23 +123,47 @@ def test_blobs_are_written_several_at_once_and_each_appears_whole(store_dir):
     # under its name, with no temporary file left
     assert tally.peak == WRITERS and tally.open == 0
     assert sorted(blobs_in(store_dir).values()) == sorted(datas)
+    assert len(datas[0]) * len(datas) >= INLINE_BYTES
     assert_every_blob_whole(store_dir)
     # And the writers are gone
     assert our_threads() == []
 
 
-def test_progress_is_reported_from_the_callers_thread_up_to_every_byte(store_dir):
+def test_a_small_plan_is_written_by_the_caller_with_its_progress(store_dir):
+    # Given a notebook of a few small tensors (well under INLINE_BYTES)
     ns = {f"t{i}": pattern(200_000 + i, seed=i) for i in range(9)}
+    plan = make_plan(ns, {}, [], "namespace")
+    heard = []
+
+    def progress(phase, done, total):
+        heard.append((threading.current_thread() is threading.main_thread(), our_threads(), done))
+
+    # When it is written
+    result = write_plan(plan, Store(str(store_dir)), progress=progress)
+    # Then no thread was started for it: waking threads costs more than it saves here
+    assert all(main and not threads for main, threads, _ in heard)
+    # And the progress grew to every byte of every blob
+    assert [d for *_, d in heard] == sorted(d for *_, d in heard)
+    assert heard[-1][-1] == sum(b["bytes"] for b in result["blobs"].values())
+    assert_every_blob_whole(store_dir)
+
+
+def test_progress_of_writers_is_reported_from_the_callers_thread(store_dir):
+    # Given a namespace larger than INLINE_BYTES, in more than one batch
+    ns = {f"t{i}": pattern(12 * MIB + i, seed=i) for i in range(8)}
     plan = make_plan(ns, {}, [], "namespace")
     heard = []
 
     def progress(phase, done, total):
         heard.append((threading.current_thread() is threading.main_thread(), done))
 
-    result = write_plan(plan, Store(str(store_dir)), progress=progress)
+    # When it is written by the writers
+    result = write_plan(plan, Store(str(store_dir)), progress=progress, verify=True)
+    # Then every report came from the caller's thread, growing up to every byte
     assert all(main for main, _ in heard)
     assert [d for _, d in heard] == sorted(d for _, d in heard)
     assert heard[-1][1] == sum(b["bytes"] for b in result["blobs"].values())
+    assert_every_blob_whole(store_dir)
 
 
 # -- failures ------------------------------------------------------------------------------------
@@ -184,23 +208,43 @@ def test_a_disk_error_in_one_writer_fails_the_write_and_leaves_no_partial_blob(s
     assert_every_blob_whole(store_dir)
 
 
-@pytest.mark.parametrize("fail", [0, 5, 40, 69])  # 70 copies: 35 parts hashed, then written
-def test_a_copy_failing_in_any_writer_fails_the_pause_and_every_buffer_comes_back(tmp_path, fail):
+PART = 256 * 1024  # staging buffers of the tests through them: 9 parts per tensor below
+
+
+def namespaces(layout: str) -> dict:
+    """``one``: six tensors of 9 parts, one batch; ``two``: 70 tensors of 2 parts, two batches
+    (BATCH_BLOBS), the second hashed on the hashing thread while the first is written."""
+    if layout == "one":
+        return {f"t{i}": pattern(8 * PART + i + 1, seed=i) for i in range(6)}
+    return {f"t{i}": pattern(PART + i + 1, seed=i) for i in range(70)}
+
+
+# "one": 108 copies, 54 parts hashed by the caller, then written by the writers; "two": 280
+# copies, 128 hashed by the caller, then batch 1's writes beside batch 2's hashing (12), ...
+@pytest.mark.parametrize(
+    ("layout", "fail"),
+    [("one", 0), ("one", 20), ("one", 54), ("one", 60), ("one", 90), ("one", 107)]
+    + [("two", 100), ("two", 130), ("two", 140), ("two", 200), ("two", 279)],
+)
+def test_a_copy_failing_in_any_thread_fails_the_pause_and_every_buffer_comes_back(
+    tmp_path, layout, fail
+):
     # Given tensors captured through the staging buffers, whose copy engine fails at one copy
     # (of the hashing or of one of the writers, which run at once)
-    ns = {f"t{i}": pattern(5 * 4096 + i, seed=i) for i in range(6)}
-    staging = Staging(LazyCopier(fail_copy=fail), WRITERS + 2, 4096)
+    ns = namespaces(layout)
+    before = {k: v.clone() for k, v in ns.items()}
+    staging = Staging(LazyCopier(fail_copy=fail), WRITERS + 2, PART)
     store_dir = tmp_path / "store"
     # When the plan is written
     # Then it fails with the copy's error (as the store's, "could not write", from a writer)
     with pytest.raises((CopyFailed, StoreError), match="CUDA error"):
         write_plan(make_plan(ns, {}, [], "namespace"), Store(str(store_dir)), staging=staging)
-    # once every writer has stopped: every buffer
-    # is back, no thread of the write is left, and nothing partial is visible
+    # once every writer has stopped: every buffer is back, no thread of the write is left,
+    # and nothing partial is visible
     assert staging.out == 0 and our_threads() == []
     assert_every_blob_whole(store_dir)
     # And the namespace is unchanged
-    assert all(torch.equal(ns[f"t{i}"], pattern(5 * 4096 + i, seed=i)) for i in range(6))
+    assert all(torch.equal(ns[k], before[k]) for k in ns)
 
 
 # -- interrupts ----------------------------------------------------------------------------------
@@ -231,15 +275,15 @@ class SlowCopier(LazyCopier):
     """The CPU fake of the CUDA copy engine, each copy taking a few milliseconds."""
 
     def to_host(self, src, offset: int, n: int, buf):
-        time.sleep(0.003)
+        time.sleep(0.005)
         return super().to_host(src, offset, n, buf)
 
 
 @pytest.mark.parametrize("moment", ["hashing", "writing"])
 def test_an_interrupted_pause_through_the_buffers_waits_for_its_copies(tmp_path, moment):
     # Given tensors captured through the staging buffers, the copies slow
-    ns = {f"t{i}": pattern(60 * 4096, seed=i) for i in range(6)}
-    staging = Staging(SlowCopier(), WRITERS + 2, 4096)
+    ns = {f"t{i}": pattern(16 * PART, seed=i) for i in range(6)}
+    staging = Staging(SlowCopier(), WRITERS + 2, PART)
     store_dir = tmp_path / "store"
     plan = make_plan(ns, {}, [], "namespace")
     # When the process is interrupted while the blobs are hashed, or while they are written

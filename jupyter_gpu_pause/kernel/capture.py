@@ -13,13 +13,12 @@ import socket
 import sys
 import threading
 import types
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from ..store import Store
 from ..store.schema import HOOKS_OBJECT
 from ..store.sources import BufferSource, source_hash
-from ..store.writes import WRITERS
+from ..store.writes import WRITERS, Threads
 from .pickling import RefTable, SegmentPickler, collector_paused
 from .staging import BUFFERS, Staging, cuda_staging, download
 
@@ -247,18 +246,20 @@ def _hash_batch(batch: list[_Blob], stop: threading.Event) -> None:
 class _HashedAhead:
     """The batches in order, each with its blobs hashed; while the caller announces, looks up
     and writes one batch, the next is hashed on a thread of its own (xxh3, a staging copy and
-    the writers' system calls all release the GIL).
+    the writers' system calls all release the GIL). The first batch is hashed by the caller
+    (a plan of one batch, most small notebooks, starts no thread), unless it is ``staged``.
 
-    Leaving early (an error, an interrupt) stops the hashing at its next part; the thread is
-    waited for after an error, or when ``wait_on_stop`` (its parts are staging buffers, freed
-    after the pause).
+    With ``staged`` sources (parts in staging buffers) the caller's thread never streams one:
+    an interrupt there could come between taking a buffer and noting it. Leaving early (an
+    error, an interrupt) stops the hashing at its next part; the thread is waited for after an
+    error, or when ``staged`` (its buffers are freed after the pause).
     """
 
-    def __init__(self, batches: list[list[_Blob]], wait_on_stop: bool):
+    def __init__(self, batches: list[list[_Blob]], staged: bool):
         self._batches = batches
-        self._wait_on_stop = wait_on_stop
+        self._staged = staged
         self._stop = threading.Event()
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gp-hash")
+        self._pool = Threads(max_workers=1, thread_name_prefix="gp-hash")
 
     def __enter__(self) -> _HashedAhead:
         return self
@@ -266,17 +267,21 @@ class _HashedAhead:
     def __exit__(self, kind, exc, tb) -> None:
         if kind is not None:
             self._stop.set()
-        wait = kind is None or self._wait_on_stop or issubclass(kind, Exception)
-        self._pool.shutdown(wait=wait, cancel_futures=True)
+        wait = kind is None or self._staged or issubclass(kind, Exception)
+        self._pool.close(wait)
+
+    def _submit(self, batch: list[_Blob]):
+        return self._pool.submit(_hash_batch, batch, self._stop)
 
     def __iter__(self):
         ahead = None
         for i, batch in enumerate(self._batches):
-            if ahead is None:
-                ahead = self._pool.submit(_hash_batch, batch, self._stop)
-            ahead.result()  # its error (a failed GPU copy) is the pause's
+            if ahead is None and not self._staged:
+                _hash_batch(batch, self._stop)  # the first: nothing to overlap with
+            else:
+                (ahead or self._submit(batch)).result()  # its error (a failed copy) is ours
             if i + 1 < len(self._batches):
-                ahead = self._pool.submit(_hash_batch, self._batches[i + 1], self._stop)
+                ahead = self._submit(self._batches[i + 1])
             yield batch
 
 
@@ -334,10 +339,10 @@ def _write(plan: Plan, store: Store, progress, verify: bool, before_reuse, stagi
             progress("writing", skipped + written, total)
 
     report(0)  # the server's clock: capture (the object graph) ends, writing begins
-    staged = staging is not None  # an interrupt then waits for the threads using the buffers
+    staged = staging is not None  # parts in staging buffers: only threads stream them
     with (
         _HashedAhead(_batches(blobs), staged) as hashed,
-        store.writes(verify, wait_on_stop=staged) as writes,
+        store.writes(verify, staged=staged) as writes,
     ):
         for batch in hashed:
             fresh = list(dict.fromkeys(b.h for b in batch if b.h not in seen))

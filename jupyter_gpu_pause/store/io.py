@@ -222,13 +222,13 @@ class Store:
             if checks:  # after an error or an interrupt, do not wait for a check in flight
                 checks.shutdown(wait=False, cancel_futures=True)
 
-    def writes(self, verify: bool, wait_on_stop: bool = False) -> LocalWrites | SerialWrites:
+    def writes(self, verify: bool, staged: bool = False) -> LocalWrites | SerialWrites:
         """Blob writes that go on while the caller hashes the next ones: on a local disk
-        ``LocalWrites`` (several threads; ``wait_on_stop``: an interrupt waits for them to stop,
-        as when their sources stream through buffers freed after), elsewhere ``SerialWrites``
-        (``write_blobs`` within each ``add``)."""
+        ``LocalWrites`` (several threads; ``staged``: the sources stream through staging
+        buffers, so only the writers stream them and an interrupt waits for them to stop),
+        elsewhere ``SerialWrites`` (``write_blobs`` within each ``add``)."""
         if self.local:
-            return LocalWrites(self, verify, wait_on_stop=wait_on_stop)
+            return LocalWrites(self, verify, staged=staged)
         return SerialWrites(self, verify)
 
     def _put_whole(self, rel: str, src) -> None:

@@ -15,7 +15,7 @@ name, fsync, rename), and with ``verify`` its writer re-reads it and checks its 
 wait returns. The first writer to fail stops the others at their next part (their temporary
 files are removed, no new blob appears) and its error is raised; an interrupt does the same
 without waiting for them, unless their sources stream through buffers freed after the writes
-(``wait_on_stop``: a GPU pause's pinned staging buffers).
+(``staged``: a GPU pause's pinned staging buffers, which only the writers ever stream).
 
 Other stores write as they always did, in ``add`` itself (``SerialWrites``): S3 already sends
 its blobs and their parts in parallel.
@@ -36,7 +36,46 @@ from .sources import Stopped
 # and another waits on a staging copy. More bring nothing on one disk (measured with 8 on the
 # dev VM: the same rate) and cost threads and, for GPU tensors, a pinned staging buffer each.
 WRITERS = 4
+# Blobs of fewer bytes than this, handed over while no write is in flight, are written by the
+# caller: for a small notebook's few small blobs, waking threads cost more than they overlap.
+INLINE_BYTES = 8 << 20
 REPORT = 0.1  # seconds between two progress reports while waiting for the writers
+
+
+class Threads(ThreadPoolExecutor):
+    """A thread pool whose ``close`` can wait for every task it ran, even one run by a thread
+    the pool never noted: an interrupt (the server cancelling a pause) raised inside the
+    ``Thread.start`` that ``submit`` calls leaves such a thread, which ``shutdown`` does not
+    wait for, and which could go on streaming a staging buffer after the pause freed them.
+
+    Each task must look at its stop event first: one that starts after ``close`` then does
+    nothing, and one that started before is counted and waited for.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._busy = 0
+        self._idle = threading.Condition()
+
+    def submit(self, fn, /, *args, **kwargs):
+        return super().submit(self._counted, fn, *args, **kwargs)
+
+    def _counted(self, fn, *args, **kwargs):
+        with self._idle:
+            self._busy += 1
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            with self._idle:
+                self._busy -= 1
+                self._idle.notify_all()
+
+    def close(self, wait: bool) -> None:
+        """Cancel the tasks not started; with ``wait``, return once every task has ended."""
+        self.shutdown(wait=wait, cancel_futures=True)
+        if wait:
+            with self._idle:
+                self._idle.wait_for(lambda: self._busy == 0)
 
 
 class LocalWrites:
@@ -47,11 +86,11 @@ class LocalWrites:
     manager: leaving it early (an error, an interrupt) stops the writers.
     """
 
-    def __init__(self, store, verify: bool, writers: int = WRITERS, wait_on_stop: bool = False):
+    def __init__(self, store, verify: bool, writers: int = WRITERS, staged: bool = False):
         self._store = store
         self._verify = verify
-        self._wait_on_stop = wait_on_stop
-        self._pool = ThreadPoolExecutor(max_workers=max(1, writers), thread_name_prefix="gp-write")
+        self._staged = staged
+        self._pool = Threads(max_workers=max(1, writers), thread_name_prefix="gp-write")
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._futures: list = []
@@ -66,11 +105,18 @@ class LocalWrites:
             self._stop.set()
         # a failure waits for the writers to stop (a part at most: no temporary file is left
         # when the error is raised); an interrupt does not, unless staging buffers are in use
-        wait = kind is None or self._wait_on_stop or issubclass(kind, Exception)
-        self._pool.shutdown(wait=wait, cancel_futures=True)
+        wait = kind is None or self._staged or issubclass(kind, Exception)
+        self._pool.close(wait)
 
     def add(self, items: list, sent=None) -> None:
-        """Start writing blobs ``[(hash, source)]`` the store does not have."""
+        """Start writing blobs ``[(hash, source)]`` the store does not have; small ones with
+        nothing in flight are written here (``INLINE_BYTES``), unless ``staged``: an interrupt
+        could then come between taking a staging buffer and noting it."""
+        idle = all(f.done() for f in self._futures)
+        if idle and not self._staged and sum(src.nbytes for _, src in items) < INLINE_BYTES:
+            for h, src in items:
+                self._one(h, src)
+            return
         for h, src in items:
             self._futures.append(self._pool.submit(self._one, h, src))
 
