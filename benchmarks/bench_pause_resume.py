@@ -6,8 +6,8 @@ repetition, times side by side (the order of the groups rotates):
 
   raw-write   os.write of each tensor's bytes to its own file, fsync per file + directory fsync:
               the floor for a durable write of the same bytes.
-  raw-write-par  the same files written by WRITERS threads at once: what the disk gives with
-              several writes in flight (shown, no target).
+  raw-write-par  the same files written by WRITERS threads at once (as many as the store's
+              writers): what the disk gives with several writes in flight (shown, no target).
   write       the pause's write phase alone: write_plan (hash, GC intents, look-up, write,
               fsync) of the already pickled plan, as the kernel's agent calls it; the blobs are
               durable when it returns. write+verify: the same with the re-read of every blob.
@@ -51,14 +51,22 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from baselines import as_bytes, raw_read, raw_write  # noqa: E402
 
-from jupyter_gpu_pause.kernel.capture import environment, make_plan, write_plan  # noqa: E402
+from jupyter_gpu_pause.kernel.capture import (  # noqa: E402
+    DeviceSource,
+    environment,
+    make_plan,
+    pause_buffers,
+    write_plan,
+)
 from jupyter_gpu_pause.kernel.restore import load_blobs, restore_objects  # noqa: E402
-from jupyter_gpu_pause.kernel.staging import BUFFER_BYTES, BUFFERS, Staging  # noqa: E402
+from jupyter_gpu_pause.kernel.staging import BUFFER_BYTES, Staging  # noqa: E402
 from jupyter_gpu_pause.server.state.checkpoints import Checkpoints  # noqa: E402
 from jupyter_gpu_pause.store import Signer, Store  # noqa: E402
 from jupyter_gpu_pause.store.format import new_checkpoint_id  # noqa: E402
 from jupyter_gpu_pause.store.lease import declare_intent  # noqa: E402
 from jupyter_gpu_pause.store.local import fsync_dir  # noqa: E402
+from jupyter_gpu_pause.store.sources import BufferSource, source_hash  # noqa: E402
+from jupyter_gpu_pause.store.writes import WRITERS  # noqa: E402
 
 MIB = 1024 * 1024
 SHARES = (0.25, 0.25, 0.1875, 0.125, 0.125, 0.0625)  # 256,256,192,128,128,64 MiB per GiB
@@ -67,7 +75,6 @@ METHODS = ("raw-write", "raw-write-par", *WRITES, "raw-read", "pause", "restore"
            "torch.load")  # fmt: skip
 TARGETS = {"pause/raw-write": 0.85, "restore/raw-read": 0.9}
 GOALS = {f"{w}/raw-write": 0.9 for w in WRITES}  # issue #26: FAIL (exit 1) below
-WRITERS = 4  # raw-write-par's threads
 
 
 def layout(gib: float) -> list:
@@ -121,7 +128,12 @@ class _Done:
 
 class HostCopier:
     """A copy engine for CPU tensors (``staging.Copier``) that copies on a thread of its own,
-    as a GPU's copy engine works beside the host: the staged path of a pause, without a GPU."""
+    as a GPU's copy engine works beside the host: the staged path of a pause, without a GPU.
+
+    Unlike a GPU's (55 GB/s of DMA on the H200), its copies take a CPU, the one the writers and
+    the hashing need too. It copies with numpy (one thread, no GIL): torch's ``copy_`` spreads
+    a large copy over its intra-op threads, and took 1.5-2.5x as long on the 2-core VM.
+    """
 
     def __init__(self):
         self._engine = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bench-copy")
@@ -136,11 +148,14 @@ class HostCopier:
     def empty(self, nbytes: int, device: str):
         return torch.empty(nbytes, dtype=torch.uint8)
 
+    def _copy(self, out, src):
+        return _Done(self._engine.submit(np.copyto, out.numpy(), src.numpy()))
+
     def to_host(self, src, offset: int, n: int, buf):
-        return _Done(self._engine.submit(buf[:n].copy_, src[offset : offset + n]))
+        return self._copy(buf[:n], src[offset : offset + n])
 
     def to_device(self, buf, n: int, dst, offset: int):
-        return _Done(self._engine.submit(dst[offset : offset + n].copy_, buf[:n]))
+        return self._copy(dst[offset : offset + n], buf[:n])
 
     def close(self) -> None:
         self._engine.shutdown(wait=True)
@@ -156,7 +171,7 @@ def raw_write_par(state: dict, d: str) -> None:
 def write_phase(plan, store: Store, verify: bool, staged: bool) -> None:
     """``write_plan`` as the agent calls it (a GC intent per batch); ``staged``: every tensor
     through the staging buffers a pause makes for a GPU, the copies on HostCopier's thread."""
-    staging = Staging(HostCopier(), BUFFERS, BUFFER_BYTES) if staged else None
+    staging = Staging(HostCopier(), pause_buffers(store), BUFFER_BYTES) if staged else None
     cid = new_checkpoint_id()
     try:
         write_plan(plan, store, verify=verify, staging=staging,
@@ -235,11 +250,39 @@ def ratios(t: dict) -> dict:
     return out
 
 
+def passes(gib: float, root: str) -> None:
+    """The write phase's passes one by one (the writers are threads, which cProfile does not
+    see): hashing every tensor (in memory, and through the staging buffers), writing the blobs
+    with their hashes known (with and without the re-read of verify), and the raw write."""
+    state = make_state(gib, seed=8)
+    size = sum(t.nbytes for t in state.values())
+    staging = Staging(HostCopier(), pause_buffers(Store(root)), BUFFER_BYTES)
+    items = [(source_hash(BufferSource(as_bytes(t))), BufferSource(as_bytes(t)))
+             for t in state.values()]  # fmt: skip
+    rows = [
+        ("hash, in memory", lambda d: [source_hash(src) for _, src in items]),
+        ("hash, staged", lambda d: [source_hash(DeviceSource(t.untyped_storage(), staging))
+                                    for t in state.values()]),
+        ("write blobs", lambda d: Store(d).write_blobs(items)),
+        ("write blobs + verify", lambda d: Store(d).write_blobs(items, verify=True)),
+        ("raw-write", lambda d: raw_write(state, d)),
+    ]  # fmt: skip
+    print(f"\n--- the write phase's passes, {size / MIB:.0f} MiB (one run each) ---")
+    for label, call in rows:
+        d = os.path.join(root, "passes")
+        os.makedirs(d)
+        took, _ = timed(call, d)
+        shutil.rmtree(d)
+        print(f"{label:<22}{took:>8.3f} s {size / 1e9 / took:>7.2f} GB/s")
+    staging.close()
+
+
 def profile(gib: float, root: str) -> None:
     """cProfile one pause and one restore (own time), to see hashing vs writing vs verifying."""
     import cProfile
     import pstats
 
+    passes(gib, root)
     state, store = make_state(gib, seed=7), Store(os.path.join(root, "profile"))
     out = None
     for label, call in (
