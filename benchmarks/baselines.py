@@ -28,8 +28,9 @@ def as_bytes(t):
     return t.contiguous().view(-1).view(torch.uint8).numpy()
 
 
-def raw_write(state: dict, d: str) -> None:
-    """Each tensor's bytes to a file of its own in ``d``, fsync per file and of ``d``."""
+def raw_write(state: dict, d: str, sync_dir: bool = True) -> None:
+    """Each tensor's bytes to a file of its own in ``d``, fsync per file and (``sync_dir``)
+    of ``d``."""
     for name, t in state.items():
         view = memoryview(as_bytes(t))
         fd = os.open(os.path.join(d, name), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -39,7 +40,8 @@ def raw_write(state: dict, d: str) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
-    fsync_dir(d)
+    if sync_dir:
+        fsync_dir(d)
 
 
 def raw_read(bufs: dict, d: str) -> None:

@@ -11,22 +11,26 @@ import os
 import platform
 import socket
 import sys
+import threading
 import types
 from dataclasses import dataclass, field
 
 from ..store import Store
 from ..store.schema import HOOKS_OBJECT
 from ..store.sources import BufferSource, source_hash
+from ..store.writes import WRITERS, Threads
 from .pickling import RefTable, SegmentPickler, collector_paused
-from .staging import Staging, cuda_staging, download
+from .staging import BUFFERS, Staging, cuda_staging, download
 
 IPYTHON_NAMES = frozenset({"In", "Out", "exit", "quit", "get_ipython"})
 HOOKS_NAME = "on_pause/on_restore hooks"  # the hooks' name where they are skipped
 MAX_REASON = 500  # characters of an exception's first line kept as the reason of a skip
 # Blobs are hashed, announced (``before_reuse``), looked up and written in batches of at most
-# this many blobs or about this many bytes.
+# this many blobs or about this many bytes. The first batches are smaller (FIRST_BATCH_BYTES,
+# doubling), so that writing starts soon: the batch after is hashed while one is written.
 BATCH_BLOBS = 64
 BATCH_BYTES = 1 << 30
+FIRST_BATCH_BYTES = 64 << 20
 
 
 class CaptureError(Exception):
@@ -253,17 +257,72 @@ class _Blob:
     h: str = ""
 
 
-def _batches(blobs: list[_Blob]):
-    """Runs of at most BATCH_BLOBS blobs or about BATCH_BYTES bytes, in order."""
-    batch, size = [], 0
+def _batches(blobs: list[_Blob]) -> list[list[_Blob]]:
+    """Runs of at most BATCH_BLOBS blobs or about BATCH_BYTES bytes, in order; the first one of
+    about FIRST_BATCH_BYTES, each next one up to twice the one before."""
+    out, batch, size, limit = [], [], 0, FIRST_BATCH_BYTES
     for b in blobs:
         batch.append(b)
         size += b.src.nbytes
-        if len(batch) >= BATCH_BLOBS or size >= BATCH_BYTES:
+        if len(batch) >= BATCH_BLOBS or size >= limit:
+            out.append(batch)
+            batch, size, limit = [], 0, min(2 * limit, BATCH_BYTES)
+    return out + [batch] if batch else out
+
+
+def _hash_batch(batch: list[_Blob], stop: threading.Event) -> None:
+    for b in batch:
+        if stop.is_set():
+            return
+        b.h = source_hash(b.src, stop)
+
+
+class _HashedAhead:
+    """The batches in order, each with its blobs hashed; while the caller announces, looks up
+    and writes one batch, the next is hashed on a thread of its own (xxh3, a staging copy and
+    the writers' system calls all release the GIL). The first batch is hashed by the caller
+    (a plan of one batch, most small notebooks, starts no thread), unless it is ``staged``.
+
+    With ``staged`` sources (parts in staging buffers) the caller's thread never streams one:
+    an interrupt there could come between taking a buffer and noting it. Leaving early (an
+    error, an interrupt) stops the hashing at its next part; the thread is waited for after an
+    error, or when ``staged`` (its buffers are freed after the pause).
+    """
+
+    def __init__(self, batches: list[list[_Blob]], staged: bool):
+        self._batches = batches
+        self._staged = staged
+        self._stop = threading.Event()
+        self._pool = Threads(max_workers=1, thread_name_prefix="gp-hash")
+
+    def __enter__(self) -> _HashedAhead:
+        return self
+
+    def __exit__(self, kind, exc, tb) -> None:
+        if kind is not None:
+            self._stop.set()
+        wait = kind is None or self._staged or issubclass(kind, Exception)
+        self._pool.close(wait)
+
+    def _submit(self, batch: list[_Blob]):
+        return self._pool.submit(_hash_batch, batch, self._stop)
+
+    def __iter__(self):
+        ahead = None
+        for i, batch in enumerate(self._batches):
+            if ahead is None and not self._staged:
+                _hash_batch(batch, self._stop)  # the first: nothing to overlap with
+            else:
+                (ahead or self._submit(batch)).result()  # its error (a failed copy) is ours
+            if i + 1 < len(self._batches):
+                ahead = self._submit(self._batches[i + 1])
             yield batch
-            batch, size = [], 0
-    if batch:
-        yield batch
+
+
+def pause_buffers(store: Store) -> int:
+    """Staging buffers a pause of GPU tensors uses: one per local writer and two for the
+    hashing (a remote store's writes copy parts on their own, ``DeviceSource.chunk``)."""
+    return WRITERS + 2 if store.local else BUFFERS
 
 
 def write_plan(
@@ -286,13 +345,17 @@ def write_plan(
     An interrupt (the server cancelling the pause) ends this at once: requests in flight are
     cancelled and nothing waits for a store that does not answer. The namespace is only read.
 
+    The batch after the one being written is hashed meanwhile on a thread of its own, and on a
+    local disk several blobs are written at once (``store.writes``), so the disk is kept busy.
+
     GPU storages are read through ``staging``: by default a few pinned buffers made for this
-    pause and freed at its end (``staging.cuda_staging``); the tests pass a CPU copier. With
-    ``host`` (``host_copies``: the kernel is suspended in place) they are read from those
-    copies and no CUDA call is made.
+    pause and freed at its end (``staging.cuda_staging``, ``pause_buffers``); the tests pass a
+    CPU copier. With ``host`` (``host_copies``: the kernel is suspended in place) they are read
+    from those copies and no CUDA call is made.
     """
     own = staging is None and host is None
-    staging = cuda_staging(s.device for s in plan.refs.storages) if own else staging
+    if own:
+        staging = cuda_staging((s.device for s in plan.refs.storages), pause_buffers(store))
     try:
         return _write(plan, store, progress, verify, before_reuse, staging, host)
     finally:
@@ -305,31 +368,34 @@ def _write(plan: Plan, store: Store, progress, verify: bool, before_reuse, stagi
     blobs, pickle_meta = _blobs_of(plan, staging, host)
     described: dict = {}
     seen: set = set()
-    done = new_bytes = 0
+    skipped = new_bytes = 0  # skipped: bytes of blobs already stored, or earlier in the plan
 
-    def report(n: int) -> None:
+    def report(written: int) -> None:
         if progress:
-            progress("writing", n, total)
+            progress("writing", skipped + written, total)
 
     report(0)  # the server's clock: capture (the object graph) ends, writing begins
-    for batch in _batches(blobs):
-        for b in batch:
-            b.h = source_hash(b.src)
-        fresh = list(dict.fromkeys(b.h for b in batch if b.h not in seen))
-        if before_reuse is not None and fresh:
-            before_reuse(fresh)
-        stored = store.blob_sizes(fresh)
-        todo = {}
-        for b in batch:
-            described.setdefault(b.h, {"bytes": b.src.nbytes, "kind": b.kind, **b.extra})
-            if b.h not in seen and stored.get(b.h) != b.src.nbytes:
-                todo.setdefault(b.h, b.src)
-            seen.add(b.h)
-        base = done + sum(b.src.nbytes for b in batch) - sum(s.nbytes for s in todo.values())
-        store.write_blobs(list(todo.items()), verify=verify, sent=lambda n, b=base: report(b + n))
-        done += sum(b.src.nbytes for b in batch)
-        new_bytes += sum(s.nbytes for s in todo.values())
-        report(done)
+    staged = staging is not None  # parts in staging buffers: only threads stream them
+    with (
+        _HashedAhead(_batches(blobs), staged) as hashed,
+        store.writes(verify, staged=staged) as writes,
+    ):
+        for batch in hashed:
+            fresh = list(dict.fromkeys(b.h for b in batch if b.h not in seen))
+            if before_reuse is not None and fresh:
+                before_reuse(fresh)
+            stored = store.blob_sizes(fresh)
+            todo = {}
+            for b in batch:
+                described.setdefault(b.h, {"bytes": b.src.nbytes, "kind": b.kind, **b.extra})
+                if b.h not in seen and stored.get(b.h) != b.src.nbytes:
+                    todo.setdefault(b.h, b.src)
+                seen.add(b.h)
+            skipped += sum(b.src.nbytes for b in batch) - sum(s.nbytes for s in todo.values())
+            new_bytes += sum(s.nbytes for s in todo.values())
+            writes.add(list(todo.items()), report)
+            report(writes.sent)
+        writes.wait(report)
     return _describe(plan, blobs, pickle_meta, described, new_bytes)
 
 

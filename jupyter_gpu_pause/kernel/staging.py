@@ -23,8 +23,9 @@ from dataclasses import dataclass
 from typing import Protocol
 
 MIB = 1024 * 1024
-BUFFER_BYTES = 64 * MIB  # a pause's pinned buffers: the part size the store hashes and writes
-BUFFERS = 2  # a pause's pinned buffers: one the store works on, one being copied into
+BUFFER_BYTES = 32 * MIB  # a pause's pinned buffers: the part size the store hashes and writes
+BUFFERS = 2  # a pause's pinned buffers: one the store works on, one being copied into (a local
+#              store's pause has more: one per writer, ``capture.pause_buffers``)
 DEPTH = 2  # buffers one run of parts holds at once (double buffering)
 RESTORE_READERS = 4  # blobs a GPU restore reads at once, each through DEPTH buffers of ...
 RESTORE_BUFFER_BYTES = 16 * MIB  # ... this size: 4 x 2 x 16 MiB pinned in all

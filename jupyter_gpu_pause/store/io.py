@@ -26,6 +26,7 @@ from .format import blob_path, is_checkpoint_id, is_session_id, manifest_path, s
 from .integrity import IntegrityError, StreamingHash, blob_hash
 from .sources import as_source
 from .transfer import PART, PartMismatch, S3Transfer, SizeMismatch, ranges
+from .writes import LocalWrites, SerialWrites
 
 S3_PROTOCOLS = ("s3", "s3a")
 
@@ -189,28 +190,27 @@ class Store:
         each one back and check it before returning.
 
         On S3 the blobs and their parts go up in parallel, straight from the sources' memory;
-        on a local disk they are written one after another while a second thread re-reads the
-        previous one. ``sent(bytes_so_far)`` is called from this thread only (a kernel's
-        progress messages must come from its main thread). An interrupt stops at once: nothing
-        waits for requests in flight, which are cancelled (S3 uploads are aborted).
+        on a local disk several blobs are written at once (``writes.LocalWrites``); on other
+        stores one after another while a second thread re-reads the previous one.
+        ``sent(bytes_so_far)`` is called from this thread only (a kernel's progress messages
+        must come from its main thread). An interrupt stops at once: nothing waits for
+        requests in flight, which are cancelled (S3 uploads are aborted).
         """
         if not items:
             return
         if self._s3 is not None:
             return self._write_s3(items, verify, sent)
+        if self.local:
+            with LocalWrites(self, verify) as writes:
+                writes.add(items)
+                writes.wait(sent)
+            return
         checks = ThreadPoolExecutor(max_workers=1) if verify else None
         pending = []
         done = 0
         try:
             for h, src in items:
-                rel = blob_path(h)
-                if self.local:
-                    try:
-                        local.atomic_write(self._p(rel), src)
-                    except Exception as e:
-                        raise self._wrap("write", self._p(rel), e) from e
-                else:
-                    self._put_whole(rel, src)
+                self._put_whole(blob_path(h), src)
                 done += src.nbytes
                 if checks:
                     pending.append(checks.submit(self.verify_blob, h, src.nbytes))
@@ -221,6 +221,15 @@ class Store:
         finally:
             if checks:  # after an error or an interrupt, do not wait for a check in flight
                 checks.shutdown(wait=False, cancel_futures=True)
+
+    def writes(self, verify: bool, staged: bool = False) -> LocalWrites | SerialWrites:
+        """Blob writes that go on while the caller hashes the next ones: on a local disk
+        ``LocalWrites`` (several threads; ``staged``: the sources stream through staging
+        buffers, so only the writers stream them and an interrupt waits for them to stop),
+        elsewhere ``SerialWrites`` (``write_blobs`` within each ``add``)."""
+        if self.local:
+            return LocalWrites(self, verify, staged=staged)
+        return SerialWrites(self, verify)
 
     def _put_whole(self, rel: str, src) -> None:
         """A generic remote store: the blob in one request (its one copy in memory)."""

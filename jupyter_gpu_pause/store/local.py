@@ -1,8 +1,10 @@
 """The local-disk store: atomic, durable writes and hashed reads, with plain system calls.
 
 A file is written under a temporary name, fsync'd and renamed, then its folder is fsync'd, so a
-crash leaves either the whole file or none of it. Reads go through one unbuffered file object
-into the caller's buffer. A local disk needs no time limit or retry: it answers or it errs.
+crash leaves either the whole file or none of it. Many blobs written together share their
+folders' fsyncs (``write_file``, then ``fsync_dirs`` once: ``store/writes.py``). Reads go through
+one unbuffered file object into the caller's buffer. A local disk needs no time limit or retry:
+it answers or it errs.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import secrets
 
 from .integrity import IntegrityError, StreamingHash
 from .private import private_makedirs
-from .sources import Source, chunks
+from .sources import Source, Stopped, chunks
 
 CHUNK = 64 * 1024 * 1024  # bytes per write / read system call
 VERIFY_CHUNK = 1024 * 1024  # one small reused buffer: fresh chunks would cost more than a
@@ -37,32 +39,58 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+def fsync_dirs(paths) -> None:
+    """``fsync_dir`` of each folder, the deepest first."""
+    for d in sorted(set(paths), key=lambda p: (-p.count(os.sep), p)):
+        fsync_dir(d)
+
+
 def size(path: str) -> int:
     return os.stat(path).st_size
 
 
-def atomic_write(path: str, src: Source) -> None:
-    """Write ``src`` to ``path`` through a temporary file; no temporary file survives an error
-    or an interrupt."""
+def write_file(path: str, src: Source, stop=None, wrote=None) -> set[str]:
+    """Write ``src`` to ``path`` through a temporary file, fsync'd, then renamed: ``path`` holds
+    all of it or does not exist. Returns the folders whose entries changed (``path``'s, and the
+    parent of any folder made for it): the rename is durable once they are fsync'd
+    (``fsync_dirs``), which the caller does, once for all the files it writes.
+
+    ``stop`` (a ``threading.Event``), once set, ends the write at its next part, or before the
+    rename, with Stopped; ``wrote(n)`` hears of each part written. No temporary file survives an
+    error, a stop or an interrupt.
+    """
     d = os.path.dirname(path)
-    private_makedirs(d)
+    changed = {d, *(os.path.dirname(m) for m in private_makedirs(d))}
     tmp = f"{path}.tmp-{secrets.token_hex(6)}"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         try:
             with contextlib.closing(chunks(src, CHUNK)) as parts:
                 for view in parts:
+                    if stop is not None and stop.is_set():
+                        raise Stopped
+                    n = view.nbytes
                     while view:
                         view = view[os.write(fd, view) :]
+                    if wrote is not None:
+                        wrote(n)
             os.fsync(fd)
         finally:
             os.close(fd)
+        if stop is not None and stop.is_set():
+            raise Stopped  # no new blob appears once the writes were told to stop
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
-    fsync_dir(d)
+    return changed
+
+
+def atomic_write(path: str, src: Source) -> None:
+    """Write ``src`` to ``path`` through a temporary file, durably (``write_file``, then its
+    folders' fsync); no temporary file survives an error or an interrupt."""
+    fsync_dirs(write_file(path, src))
 
 
 def read_into(path: str, view: memoryview) -> str:

@@ -7,8 +7,10 @@ import os
 import stat
 
 
-def private_makedirs(path: str) -> None:
-    """``os.makedirs`` whose new folders are private to their owner (0700).
+def private_makedirs(path: str) -> list[str]:
+    """``os.makedirs`` whose new folders are private to their owner (0700); returns the
+    folders it made, outermost first (their parents' entries changed: a durable write fsyncs
+    them).
 
     ``os.makedirs(mode=…)`` applies the mode to the last folder only; every folder we create
     holds checkpoints, records or keys, so each one is made 0700.
@@ -21,12 +23,15 @@ def private_makedirs(path: str) -> None:
         if parent == head:
             break
         head = parent
+    made = []
     for d in reversed(missing):
         try:
             os.mkdir(d, 0o700)
+            made.append(d)
         except FileExistsError:
             if not os.path.isdir(d):  # a file where a folder belongs: say it as the OS would
                 raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), d) from None
+    return made
 
 
 def private_file(path: str) -> None:

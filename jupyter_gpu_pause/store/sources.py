@@ -20,6 +20,11 @@ from .integrity import StreamingHash, blob_hash
 HASH_CHUNK = 64 * 1024 * 1024  # bytes a chunked source is hashed in
 
 
+class Stopped(Exception):
+    """A pass over a source was asked to stop (another writer failed, or the pause was
+    interrupted) and ended at its next part."""
+
+
 class Source(Protocol):
     nbytes: int
 
@@ -58,12 +63,15 @@ def chunks(src: Source, step: int) -> Iterator[memoryview]:
     return (src.chunk(off, min(step, src.nbytes - off)) for off in range(0, src.nbytes, step))
 
 
-def source_hash(src: Source) -> str:
-    """The blob name of a source: in one call over memory, else part by part."""
+def source_hash(src: Source, stop=None) -> str:
+    """The blob name of a source: in one call over memory, else part by part. ``stop`` (a
+    ``threading.Event``), once set, ends a hash part by part at its next part with Stopped."""
     if isinstance(src, BufferSource):
         return src.hash()
     hasher = StreamingHash()
     with closing(chunks(src, HASH_CHUNK)) as parts:
         for part in parts:
+            if stop is not None and stop.is_set():
+                raise Stopped
             hasher.update(part)
     return hasher.hexdigest()
