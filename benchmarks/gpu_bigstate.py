@@ -156,6 +156,23 @@ def released_at(samples, asked: float, base: int, pid: int, visible: bool) -> fl
     return None
 
 
+def nvml_with_room(n: int):
+    """NVML, once GPU 0 is seen to have room for an ``n``-byte model (and 4 GiB to spare)."""
+    from jupyter_gpu_pause.units import size_text
+
+    try:
+        nv = Nvml()
+    except Exception as e:  # NVMLError_LibraryNotFound and friends: no GPU here
+        check("NVML available", False, f"({type(e).__name__}: {e})")
+    total, used0 = nv.memory(0)
+    check(
+        "GPU 0 has room for the model",
+        total - used0 > n + 4 * GIB,
+        f"free {size_text(total - used0)}, model {size_text(n)}",
+    )
+    return nv
+
+
 def run(params: float = PARAMS, strict: bool = False, rehearsal: bool = False) -> bool:
     """The check; False when a target was missed (an error stops the run at once)."""
     from server_process import RUNNING, JupyterServer
@@ -177,18 +194,7 @@ def run(params: float = PARAMS, strict: bool = False, rehearsal: bool = False) -
                 flush=True,
             )
             sys.exit(2)
-        nv = None
-        if not rehearsal:
-            try:
-                nv = Nvml()
-            except Exception as e:  # NVMLError_LibraryNotFound and friends: no GPU here
-                check("NVML available", False, f"({type(e).__name__}: {e})")
-            total, used0 = nv.memory(0)
-            check(
-                "GPU 0 has room for the model",
-                total - used0 > n + 4 * GIB,
-                f"free {size_text(total - used0)}, model {size_text(n)}",
-            )
+        nv = None if rehearsal else nvml_with_room(n)
         step(
             f"model: {layers} fp16 layers {WIDTH}x{WIDTH}, {layers * WIDTH * WIDTH / 1e9:.2f}e9 "
             f"parameters, {n / 1e9:.2f} GB; store on {root} ({size_text(free)} free)"

@@ -47,7 +47,7 @@ from pathlib import Path
 
 import gpu_bigstate as big
 import psutil
-from gpu_device_check import GIB, MIB, Nvml, Sampler, check, held_text, step
+from gpu_device_check import GIB, MIB, Sampler, check, held_text, step
 from server_process import RUNNING, JupyterServer
 
 RELEASE_TARGET = 1.5  # seconds from the click until NVML sees the suspended kernel's memory gone
@@ -510,18 +510,7 @@ def run(params: float = big.PARAMS, strict: bool = False, rehearsal: bool = Fals
                 flush=True,
             )
             sys.exit(2)
-        nv = None
-        if not rehearsal:
-            try:
-                nv = Nvml()
-            except Exception as e:  # NVMLError_LibraryNotFound and friends: no GPU here
-                check("NVML available", False, f"({type(e).__name__}: {e})")
-            total, used0 = nv.memory(0)
-            check(
-                "GPU 0 has room for the model",
-                total - used0 > n + 4 * GIB,
-                f"free {size_text(total - used0)}, model {size_text(n)}",
-            )
+        nv = None if rehearsal else big.nvml_with_room(n)
         step(
             f"model: {layers} fp16 layers {big.WIDTH}x{big.WIDTH}, {n / 1e9:.2f} GB on "
             f"{'cpu (rehearsal)' if rehearsal else 'cuda'}; work folder {root}"
