@@ -259,6 +259,19 @@ class Lab:
         assert code == 200
         return [e for e in body["events"] if type_ is None or e["type"] == type_]
 
+    async def event(self, session_id: str, type_: str, nth: int = 1, timeout: float = 30) -> dict:
+        """The session's ``nth`` (and last) ``type_`` event, waited for: an outcome's state is
+        visible a moment before its event is in the records (the state flips, then the event
+        is written)."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + timeout
+        while len(found := await self.events(session_id, type_)) < nth:
+            if loop.time() > end:
+                raise AssertionError(f"{len(found)} {type_} event(s) for {session_id}, not {nth}")
+            await asyncio.sleep(0.1)
+        assert len(found) == nth, found
+        return found[-1]
+
     def kernel_alive(self, kernel_id: str) -> bool:
         return kernel_id in self.app.kernel_manager
 

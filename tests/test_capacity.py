@@ -63,7 +63,7 @@ async def test_a_resume_that_waits_too_long_fails_and_a_later_one_works(lab, sto
     assert failed["error"]["reason"] == "capacity-timeout"
     assert failed["error"]["state_intact"] is True
     assert "no GPU became free within 2 s; your checkpoint is intact" in failed["message"]
-    (event,) = await lab.events(s["id"], "waiting")
+    event = await lab.event(s["id"], "waiting")
     assert event["detail"]["position"] == 1 and event["detail"]["reason"] == "quota-sessions"
     code, cap = await lab.api("GET", "capacity")
     assert cap["queue"] == [] and cap["usage"]["sessions"] == 1

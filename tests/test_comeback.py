@@ -61,7 +61,7 @@ async def test_resume_restores_into_the_kernel_lab_opened_without_asking(lab):
     # And the notebook is one session, no other kernel was started for it
     assert [r["id"] for r in await rows(lab, "back.ipynb")] == [s["id"]]
     assert lab.app.kernel_manager.list_kernel_ids() == [kid]
-    (event,) = await lab.events(s["id"], "resumed")
+    event = await lab.event(s["id"], "resumed")
     assert event["detail"]["kernel_id"] == kid
 
 

@@ -32,7 +32,7 @@ async def _pause(lab, s: dict) -> tuple[dict, dict]:
     assert code == 202, body
     paused = await lab.wait_state(s["id"])
     assert paused["state"] == "paused", paused
-    (event,) = await lab.events(s["id"], "paused")
+    event = await lab.event(s["id"], "paused")
     return paused, event
 
 

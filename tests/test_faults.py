@@ -34,7 +34,7 @@ async def assert_untouched(lab, s: dict, store_dir: Path, before: list[str]) -> 
     assert (await lab.run(s["kernel_id"], READBACK)).strip() == READBACK_OK
     assert manifests(store_dir, s["id"]) == before
     assert not list(store_dir.rglob("*.tmp-*")), "a temporary file was left in the store"
-    (event,) = await lab.events(s["id"], "pause_failed")
+    event = await lab.event(s["id"], "pause_failed")
     assert event["reason"] == "user" and event["detail"]["message"]
     assert after["error"]["state_intact"] is True
     return after
@@ -172,7 +172,7 @@ async def test_kernel_killed_while_writing(lab, store_dir):
     assert manifests(store_dir, s["id"]) == [first]
     assert "died" in failed["error"]["message"] and first in failed["error"]["message"]
     assert failed["error"]["state_intact"] is False
-    (event,) = await lab.events(s["id"], "pause_failed")
+    event = await lab.event(s["id"], "pause_failed")
     assert event["detail"]["error_reason"] == "kernel-died"
     # And the older checkpoint still restores: into the kernel Jupyter restarted empty (which
     # resume never overwrites without being told), or into a new kernel if none runs
@@ -252,7 +252,7 @@ async def test_damaged_checkpoint_is_refused_before_unpickling(
     assert failed["error"]["message"].count(cid) == 1  # said once, not repeated
     assert not marker.exists()
     assert lab.app.kernel_manager.list_kernel_ids() == []  # the kernel started for it is gone
-    (event,) = await lab.events(s["id"], "resume_failed")
+    event = await lab.event(s["id"], "resume_failed")
     assert event["detail"]["refused"][0]["checkpoint_id"] == cid
     # And the very same checkpoint, repaired, does unpickle the tripwire (the proof is live)
     path.write_bytes(original)
@@ -323,7 +323,7 @@ async def test_one_damaged_object_comes_from_the_older_checkpoint(lab, store_dir
     assert (took["name"], took["checkpoint_id"]) == ("weights", older)
     assert took["older_seconds"] > 0
     assert f"weights from checkpoint {older}, " in back["message"], back["message"]
-    event = (await lab.events(s["id"], "resumed"))[-1]
+    event = await lab.event(s["id"], "resumed", nth=2)
     assert [x["name"] for x in event["detail"]["fallback"]] == ["weights"]
     out = await lab.run(
         back["kernel_id"],

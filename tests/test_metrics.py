@@ -78,7 +78,7 @@ async def test_a_pause_and_a_resume_move_the_metrics(lab):
     # When the user pauses it
     await pause(lab, s["id"])
     m1 = await scrape(lab)
-    (paused,) = await lab.events(s["id"], "paused")
+    paused = await lab.event(s["id"], "paused")
     ck = await newest_checkpoint(lab, s["id"])
 
     # Then one successful user pause is counted, nothing else
@@ -116,7 +116,7 @@ async def test_a_pause_and_a_resume_move_the_metrics(lab):
     # When the user resumes it
     await resume(lab, s["id"])
     m2 = await scrape(lab)
-    (resumed,) = await lab.events(s["id"], "resumed")
+    resumed = await lab.event(s["id"], "resumed")
 
     # Then one successful resume is counted, and its time to usable observed
     r = resumed["detail"]
@@ -163,7 +163,7 @@ async def test_a_cancelled_pause_counts_as_cancelled(lab):
     assert m1.moved(m0, "pauses_total", reason="user", result="failed") == 0
     assert m1.moved(m0, "pause_duration_seconds_count") == 0
     # And the event says which operation was cancelled, and that it was waiting for the cell
-    (cancelled,) = await lab.events(s["id"], "cancelled")
+    cancelled = await lab.event(s["id"], "cancelled")
     d = cancelled["detail"]
     assert d["operation"] == "pause" and "message" in d
     assert_timings(d, PAUSE_PHASES, {"wait"})
@@ -197,7 +197,7 @@ async def test_a_store_failure_counts_a_failed_pause_and_a_store_error(lab, stor
     assert m1.moved(m0, "checkpoint_written_bytes_total") == 0
     assert m1.moved(m0, "pause_duration_seconds_count") == 0
     # And the event says where the time went: the kernel was never stopped, nothing committed
-    (failed,) = await lab.events(s["id"], "pause_failed")
+    failed = await lab.event(s["id"], "pause_failed")
     d = failed["detail"]
     assert_timings(d, PAUSE_PHASES, {"wait", "capture"})
     assert "commit" not in d["timings"] and "shutdown" not in d["timings"]

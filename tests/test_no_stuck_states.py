@@ -110,7 +110,7 @@ async def test_a_lying_agent_never_gets_a_checkpoint_signed(lab, store_dir, repl
     for w in words:
         assert w in after["error"]["message"], after["error"]["message"]
     assert manifests(store_dir, s["id"]) == []
-    (event,) = await lab.events(s["id"], "pause_failed")
+    event = await lab.event(s["id"], "pause_failed")
     assert event["detail"]["error_reason"] == reason
     # And the kernel still holds every variable
     assert (await lab.run(s["kernel_id"], READBACK)).strip() == READBACK_OK
@@ -249,7 +249,7 @@ async def test_a_kernel_that_will_not_stop_after_the_commit(lab, store_dir, jupy
     (ck,) = manifests(store_dir, s["id"])
     assert after["checkpoint"]["id"] == ck and ck in after["error"]["message"]
     assert lab.kernel_alive(s["kernel_id"])
-    (event,) = await lab.events(s["id"], "pause_failed")
+    event = await lab.event(s["id"], "pause_failed")
     assert event["detail"]["error_reason"] == "shutdown"
     # And there is a way out: once the kernel is shut down, the session resumes
     StubbornKernelManager.refuse.clear()
@@ -280,7 +280,7 @@ async def assert_resume_fails_then_works(lab, s: dict, reason: str, words, repai
         assert w in failed["error"]["message"], failed["error"]["message"]
     assert failed["checkpoint"]["id"] == s["checkpoint"]["id"]
     assert set(lab.app.kernel_manager.list_kernel_ids()) == kernels_before
-    (event,) = await lab.events(s["id"], "resume_failed")
+    event = await lab.event(s["id"], "resume_failed")
     assert event["detail"]["error_reason"] == reason
     repair()
     assert (await lab.api("POST", f"sessions/{s['id']}/resume"))[0] == 202

@@ -80,7 +80,7 @@ async def test_pause_then_resume_restores_the_notebook(lab, jp_root_dir, store_d
     assert f"{ck['objects']} objects saved" in paused["message"], paused["message"]
     manifests = list((store_dir / "v1" / "sessions" / s["id"]).glob("*.json"))
     assert [m.stem for m in manifests] == [ck["id"]]
-    (event,) = await lab.events(s["id"], "paused")
+    event = await lab.event(s["id"], "paused")
     assert event["reason"] == "user" and event["detail"]["checkpoint_id"] == ck["id"]
 
     # When the user resumes it

@@ -60,7 +60,7 @@ async def test_idle_kernel_is_warned_then_paused(lab, store_dir):
     # And then paused, with a checkpoint, by the policy
     paused = await lab.wait_state(s["id"], states=("paused",))
     assert manifests(store_dir, s["id"]) == [paused["checkpoint"]["id"]]
-    (event,) = await lab.events(s["id"], "paused")
+    event = await lab.event(s["id"], "paused")
     assert event["reason"] == "policy:short"
     assert not lab.kernel_alive(s["kernel_id"])
     # And the dry run behind the warning did not count as activity nor reach the user's history
@@ -123,7 +123,7 @@ async def test_keepalive_postpones_and_is_bounded(lab):
     asked = now()
     code, body = await lab.api("POST", f"sessions/{s['id']}/keepalive", {"seconds": 10})
     assert code == 200 and body["pause_at"] is None
-    (event,) = await lab.events(s["id"], "keepalive")
+    event = await lab.event(s["id"], "keepalive")
     assert event["detail"]["seconds"] == 10
     until = parse_iso(event["detail"]["until"])
     # Then once the warned time has passed, it is still running
@@ -147,7 +147,7 @@ async def test_cull_loses_the_kernel_without_a_checkpoint_and_says_so(lab, store
     (event,) = await wait_for(culled)
     assert event["reason"] == "policy:short"
     assert "without a checkpoint" in event["detail"]["message"]
-    (warning,) = await lab.events(s["id"], "warned")
+    warning = await lab.event(s["id"], "warned")
     assert "no checkpoint" in warning["detail"]["message"]
     assert not lab.kernel_alive(s["kernel_id"])
     assert manifests(store_dir, s["id"]) == []

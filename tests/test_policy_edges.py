@@ -52,7 +52,7 @@ async def test_a_policy_for_this_servers_user_pauses(lab):
     await lab.run(s["kernel_id"], STATE)
     # Then it is the policy that applies, and it pauses the idle notebook
     paused = await lab.wait_state(s["id"], states=("paused",))
-    (event,) = await lab.events(s["id"], "paused")
+    event = await lab.event(s["id"], "paused")
     assert event["reason"] == "policy:mine" and paused["checkpoint"]
 
 

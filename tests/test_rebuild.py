@@ -93,7 +93,7 @@ async def test_a_generator_and_a_hash_come_back_by_rerun_and_the_model_is_untouc
     assert plan["seconds"] is not None and plan["seconds"] < 5
     assert "re-run cells [3], [4], [5]" in plan["text"]
     assert "Rebuild `" in resumed["message"]
-    (event,) = await lab.events(s["id"], "resumed")
+    event = await lab.event(s["id"], "resumed")
     assert event["detail"]["rebuild"]["names"] == plan["names"]
     kid = resumed["kernel_id"]
     assert await values(lab, kid, "[n in globals() for n in ('batches', 'h', 'model')]") == [

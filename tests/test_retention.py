@@ -271,7 +271,7 @@ async def test_the_schedule_applies_retention(lab, store_dir, gp_config):
 
     # Then a scheduled pass deletes it, with its event
     await wait_for(one_left, timeout=30, what="a scheduled retention pass")
-    (event,) = await lab.events(paused["id"], "checkpoint_deleted")
+    event = await lab.event(paused["id"], "checkpoint_deleted")
     assert event["detail"]["checkpoint_id"] == older and event["detail"]["rule"] == "keep_last"
 
 
@@ -296,7 +296,7 @@ async def test_retention_follows_every_pause(lab, store_dir):
 
     # Then only the two newest checkpoints are left, the first deleted by keep_last
     await wait_for(two_left, timeout=30, what="retention after the pause")
-    (event,) = await lab.events(s["id"], "checkpoint_deleted")
+    event = await lab.event(s["id"], "checkpoint_deleted")
     assert event["detail"]["checkpoint_id"] == ids[0] and event["detail"]["rule"] == "keep_last"
 
 

@@ -149,7 +149,7 @@ async def test_s3_down_before_a_pause_leaves_the_kernel_running(lab, s3, store_d
     assert "store could not be written" in message and s3.endpoint in message, message
     assert after["error"]["state_intact"] is True and "still running" in after["message"]
     assert after["checkpoint"] is None
-    (event,) = await lab.events(s["id"], "pause_failed")
+    event = await lab.event(s["id"], "pause_failed")
     assert event["detail"]["error_reason"] == "store"
 
     # And the kernel still runs with every variable

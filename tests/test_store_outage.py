@@ -102,7 +102,7 @@ async def test_a_frozen_s3_never_hangs_a_pause(lab, s3):
     assert after["error"]["reason"] == "store" and after["error"]["state_intact"] is True
     assert "still running" in after["message"]
     # And the event names the store error: what could not be done, where, and why
-    (event,) = await lab.events(s["id"], "pause_failed")
+    event = await lab.event(s["id"], "pause_failed")
     assert event["detail"]["error_reason"] == "store"
     said = event["detail"]["message"]
     assert f"s3://{BUCKET}/{PREFIX}/v1/blobs/" in said, said
@@ -221,7 +221,7 @@ class TestLocalStore:
         assert after["error"]["reason"] == "store", after
         assert "could not write" in after["error"]["message"], after
         assert "Operation not permitted" in after["error"]["message"], after
-        (event,) = await lab.events(s["id"], "pause_failed")
+        event = await lab.event(s["id"], "pause_failed")
         assert event["detail"]["error_reason"] == "store"
         # And there is no manifest, and the kernel keeps every value
         assert not (store_dir / "v1" / "sessions").exists()

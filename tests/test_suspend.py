@@ -102,7 +102,7 @@ async def test_the_gpu_goes_at_once_and_a_failed_write_loses_nothing(lab, store_
     assert after["suspended"]["checkpoint"] == "failed"
     assert after["suspended"]["gpu_released_seconds"] >= 0
     assert FakeCudaCheckpoint.states[pid] == "checkpointed"
-    (event,) = await lab.events(s["id"], "suspended")
+    event = await lab.event(s["id"], "suspended")
     assert event["detail"]["gpu_released_seconds"] == after["suspended"]["gpu_released_seconds"]
     # and its GPU counts as reclaimed while it is suspended
     await wait_for(lambda: _reclaiming(lab, s), timeout=60, what="GPU-seconds reclaimed")
@@ -121,7 +121,7 @@ async def test_the_gpu_goes_at_once_and_a_failed_write_loses_nothing(lab, store_
     assert kernel_pid(lab, s["kernel_id"]) == pid
     assert FakeCudaCheckpoint.states[pid] == "running"
     assert (await lab.run(s["kernel_id"], READBACK)).strip() == READBACK_OK  # note as it was
-    (resumed,) = await lab.events(s["id"], "resumed")
+    resumed = await lab.event(s["id"], "resumed")
     assert resumed["detail"]["in_place"] is True
     # And with the store writable again, the next pause completes the usual way
     remount("rw")
@@ -185,7 +185,7 @@ async def test_without_room_or_with_a_refusing_driver_the_pause_writes_first(lab
     # When paused, it is not suspended: the checkpoint is written first, and the event says why
     await lab.api("POST", f"sessions/{s['id']}/pause")
     assert (await lab.wait_state(s["id"]))["state"] == "paused"
-    (paused,) = await lab.events(s["id"], "paused")
+    paused = await lab.event(s["id"], "paused")
     assert paused["detail"]["suspended"] is False
     assert "GpuPauseApp.suspend_min_free_memory" in paused["detail"]["not_suspended"]
     assert FakeCudaCheckpoint.calls == [] and await lab.events(s["id"], "suspended") == []
@@ -199,7 +199,7 @@ async def test_without_room_or_with_a_refusing_driver_the_pause_writes_first(lab
     # When paused, the lock is undone and the pause goes on the checkpoint path
     await lab.api("POST", f"sessions/{s['id']}/pause")
     assert (await lab.wait_state(s["id"]))["state"] == "paused"
-    paused = (await lab.events(s["id"], "paused"))[-1]
+    paused = await lab.event(s["id"], "paused", nth=2)
     assert "CUDA_ERROR_NOT_SUPPORTED" in paused["detail"]["not_suspended"]
     assert ("unlock", pid) in FakeCudaCheckpoint.calls
     assert (await lab.api("POST", f"sessions/{s['id']}/resume"))[0] == 202

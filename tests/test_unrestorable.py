@@ -96,7 +96,7 @@ async def test_an_object_that_does_not_unpickle_is_not_saved(lab):
     assert paused["state"] == "paused", paused
     assert "not saved: p" in paused["message"], paused["message"]
     assert [x["name"] for x in paused["checkpoint"]["skipped_objects"]] == ["p"]
-    (event,) = await lab.events(s["id"], "paused")
+    event = await lab.event(s["id"], "paused")
     assert [x["name"] for x in event["detail"]["skipped"]] == ["p"]
 
     # When it is resumed
