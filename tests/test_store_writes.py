@@ -34,6 +34,8 @@ from jupyter_gpu_pause.kernel.capture import (
 from jupyter_gpu_pause.kernel.staging import Staging
 from jupyter_gpu_pause.store import Store, StoreError
 from jupyter_gpu_pause.store.format import blob_path
+from jupyter_gpu_pause.store.integrity import IntegrityError
+from jupyter_gpu_pause.store.sources import as_source
 from jupyter_gpu_pause.store.writes import INLINE_BYTES, WRITERS
 from tests.test_staging import CopyFailed, LazyCopier, pattern
 from tests.test_store_io import Interrupt, wait_until
@@ -325,3 +327,33 @@ def sized(sizes: list[int]) -> list[_Blob]:
 )
 def test_the_first_batches_are_small_so_that_writing_starts_soon(sizes, batches):
     assert [len(b) for b in _batches(sized(sizes))] == batches
+
+
+# -- a blob that fails its read-back -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("where", ["local disk", "other fsspec store"])
+@pytest.mark.parametrize("size", [64 * 1024, 3 * INLINE_BYTES])  # written inline / by the writers
+def test_a_blob_that_fails_its_read_back_never_stays_under_its_name(where, size, store_dir):
+    # Given bytes that changed after they were hashed (another thread writing into the array
+    # while it is paused): what is written is not what the blob's name says
+    good = bytes(range(256)) * (size // 256)
+    h = xxhash.xxh3_128_hexdigest(good)
+    changed = bytearray(good)
+    changed[size // 2] ^= 0xFF
+    url = str(store_dir) if where == "local disk" else f"memory://gp-{os.getpid()}-{size}"
+    store = Store(url)
+
+    # When the blob is written with its read-back
+    with pytest.raises(IntegrityError, match="checksum"):
+        store.write_blobs([(h, as_source(changed))], verify=True)
+
+    # Then nothing is left under its name, so the next pause writes it again instead of
+    # finding it there and reusing it
+    assert store.blob_size(h) is None
+    if where == "local disk":
+        assert blobs_in(store_dir) == {} and leftovers(store_dir) == []
+    store.write_blobs([(h, as_source(good))], verify=True)
+    out = bytearray(size)
+    store.read_blob_into(h, out)
+    assert out == good

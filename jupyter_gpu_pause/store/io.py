@@ -14,6 +14,7 @@ object, IntegrityError for bytes that do not match their name.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import posixpath
 from concurrent.futures import ThreadPoolExecutor
@@ -213,7 +214,7 @@ class Store:
                 self._put_whole(blob_path(h), src)
                 done += src.nbytes
                 if checks:
-                    pending.append(checks.submit(self.verify_blob, h, src.nbytes))
+                    pending.append(checks.submit(self._verify_or_drop, h, src.nbytes))
                 if sent:
                     sent(done)
             for f in pending:
@@ -221,6 +222,22 @@ class Store:
         finally:
             if checks:  # after an error or an interrupt, do not wait for a check in flight
                 checks.shutdown(wait=False, cancel_futures=True)
+
+    def _verify_or_drop(self, h: str, size: int) -> None:
+        """``verify_blob`` of a blob just written to a remote store; one that fails it is
+        deleted (best effort), or every later pause would find it by its name and reuse it."""
+        try:
+            self.verify_blob(h, size)
+        except IntegrityError:
+            path = self._p(blob_path(h))
+            with contextlib.suppress(Exception):
+                self.call("delete", path, "rm_file", path)
+            raise
+
+    async def _drop_bad_s3(self, path: str) -> None:
+        """An S3 object that failed its read-back, deleted (best effort; see _verify_or_drop)."""
+        with contextlib.suppress(Exception):
+            await self._s3.request("delete_object", **self._s3._where(path))
 
     def writes(self, verify: bool, staged: bool = False) -> LocalWrites | SerialWrites:
         """Blob writes that go on while the caller hashes the next ones: on a local disk
@@ -248,7 +265,11 @@ class Store:
             try:
                 await self._s3.put(path, src, add)
                 if verify:
-                    await self._s3.check(path, src)
+                    try:
+                        await self._s3.check(path, src)
+                    except (SizeMismatch, PartMismatch, FileNotFoundError):
+                        await self._drop_bad_s3(path)
+                        raise
             except SizeMismatch as e:
                 raise IntegrityError(f"blob {h} was written but {e}", "blob-size") from e
             except PartMismatch as e:
@@ -358,9 +379,10 @@ class Store:
             hasher.update(view[off : off + n])
         return hasher.hexdigest()
 
-    def verify_blob(self, h: str, size: int) -> None:
-        """Re-read a blob and check its size and hash without keeping it."""
-        path = self._p(blob_path(h))
+    def verify_blob(self, h: str, size: int, at: str | None = None) -> None:
+        """Re-read a blob and check its size and hash without keeping it; ``at``: a local
+        file holding it under another name (its temporary one, before the rename)."""
+        path = at or self._p(blob_path(h))
         try:
             if self.local:
                 total, digest = local.digest(path)

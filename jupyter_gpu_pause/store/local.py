@@ -49,15 +49,17 @@ def size(path: str) -> int:
     return os.stat(path).st_size
 
 
-def write_file(path: str, src: Source, stop=None, wrote=None) -> set[str]:
+def write_file(path: str, src: Source, stop=None, wrote=None, check=None) -> set[str]:
     """Write ``src`` to ``path`` through a temporary file, fsync'd, then renamed: ``path`` holds
     all of it or does not exist. Returns the folders whose entries changed (``path``'s, and the
     parent of any folder made for it): the rename is durable once they are fsync'd
     (``fsync_dirs``), which the caller does, once for all the files it writes.
 
     ``stop`` (a ``threading.Event``), once set, ends the write at its next part, or before the
-    rename, with Stopped; ``wrote(n)`` hears of each part written. No temporary file survives an
-    error, a stop or an interrupt.
+    rename, with Stopped; ``wrote(n)`` hears of each part written; ``check(tmp_path)`` judges
+    the written file before the rename, so a file that fails it never appears under its name
+    (a blob is found by its name: one that failed its read-back would be reused by every later
+    pause). No temporary file survives an error, a stop or an interrupt.
     """
     d = os.path.dirname(path)
     changed = {d, *(os.path.dirname(m) for m in private_makedirs(d))}
@@ -77,6 +79,8 @@ def write_file(path: str, src: Source, stop=None, wrote=None) -> set[str]:
             os.fsync(fd)
         finally:
             os.close(fd)
+        if check is not None:
+            check(tmp)
         if stop is not None and stop.is_set():
             raise Stopped  # no new blob appears once the writes were told to stop
         os.replace(tmp, path)

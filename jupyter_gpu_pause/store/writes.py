@@ -12,10 +12,12 @@ writes, not once per blob.
 
 Every blob keeps its guarantees: it appears under its name whole or not at all (temporary
 name, fsync, rename), and with ``verify`` its writer re-reads it and checks its hash before the
-wait returns. The first writer to fail stops the others at their next part (their temporary
-files are removed, no new blob appears) and its error is raised; an interrupt does the same
-without waiting for them, unless their sources stream through buffers freed after the writes
-(``staged``: a GPU pause's pinned staging buffers, which only the writers ever stream).
+rename, so a blob that fails the read-back never appears under its name (later pauses find
+blobs by name and would reuse it). The first writer to fail stops the others at their next
+part (their temporary files are removed, no new blob appears) and its error is raised; an
+interrupt does the same without waiting for them, unless their sources stream through buffers
+freed after the writes (``staged``: a GPU pause's pinned staging buffers, which only the
+writers ever stream).
 
 Other stores write as they always did, in ``add`` itself (``SerialWrites``): S3 already sends
 its blobs and their parts in parallel.
@@ -29,6 +31,7 @@ from concurrent.futures import wait as wait_for
 
 from . import local
 from .format import blob_path
+from .integrity import IntegrityError
 from .sources import Stopped
 
 # Blobs written at once on a local disk. Two already overlap one blob's fsync with the next
@@ -124,16 +127,22 @@ class LocalWrites:
         if self._stop.is_set():
             return
         path = self._store._p(blob_path(h))
+        check = None
+        if self._verify:  # read back under its temporary name: a bad blob never gets its name
+
+            def check(tmp: str) -> None:
+                self._store.verify_blob(h, src.nbytes, at=tmp)
+
         try:
-            changed = local.write_file(path, src, self._stop, self._wrote)
+            changed = local.write_file(path, src, self._stop, self._wrote, check)
         except Stopped:
             return
+        except IntegrityError:
+            raise
         except Exception as e:
             raise self._store._wrap("write", path, e) from e
         with self._lock:
             self._dirs |= changed
-        if self._verify and not self._stop.is_set():
-            self._store.verify_blob(h, src.nbytes)
 
     def _wrote(self, n: int) -> None:
         with self._lock:
