@@ -8,6 +8,7 @@ import time
 import pytest
 
 from tests.moto import BUCKET, PREFIX
+from tests.waiting import wait_for
 
 SETUP = r"""
 import torch, numpy as np
@@ -119,7 +120,11 @@ async def test_flipped_byte_in_an_s3_pickle_blob_is_refused(lab, s3, store_dir):
     assert failed["state"] == "failed", failed
     assert "does not match its checksum" in failed["error"]["message"]
     assert cid in failed["error"]["message"] and failed["error"]["state_intact"] is False
-    assert lab.app.kernel_manager.list_kernel_ids() == []
+    # (the kernel started for it is shut down first; a warm spare goes once nothing is paused)
+    async def no_kernel():
+        return lab.app.kernel_manager.list_kernel_ids() == []
+
+    await wait_for(no_kernel, what="no kernel left")
 
     # And once the object is repaired, the same checkpoint restores the same bytes
     s3.put(key, original)
