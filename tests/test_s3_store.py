@@ -120,6 +120,7 @@ async def test_flipped_byte_in_an_s3_pickle_blob_is_refused(lab, s3, store_dir):
     assert failed["state"] == "failed", failed
     assert "does not match its checksum" in failed["error"]["message"]
     assert cid in failed["error"]["message"] and failed["error"]["state_intact"] is False
+
     # (the kernel started for it is shut down first; a warm spare goes once nothing is paused)
     async def no_kernel():
         return lab.app.kernel_manager.list_kernel_ids() == []
