@@ -14,7 +14,9 @@ import threading
 from collections import Counter
 from collections.abc import Callable
 
-Decision = str | None  # None: forward the answer; "whole": drop it; "cut": send half of it
+# None: forward the answer; "whole": drop it; "cut": send half of it; "busy": answer 503 with
+# Retry-After and forward nothing
+Decision = str | None
 
 
 def _pump(src: socket.socket, dst: socket.socket | None) -> bytes:
@@ -60,6 +62,7 @@ class DroppingProxy:
         upstream_port: int,
         drop: Callable[[bytes], Decision],
         before_losing: Callable[[bytes], object] | None = None,
+        retry_after: str = "1",
     ):
         """``before_losing(request_line)`` runs before an answer is lost: a test makes the
         client's retry come only once the server's operation has ended (as a client timing
@@ -67,6 +70,7 @@ class DroppingProxy:
         self.upstream_port = upstream_port
         self.drop = drop
         self.before_losing = before_losing
+        self.retry_after = retry_after
         self.dropped: list[bytes] = []  # the request line of each answer lost
         self._lock = threading.Lock()
         self._listener = socket.create_server(("127.0.0.1", 0))
@@ -83,31 +87,42 @@ class DroppingProxy:
             threading.Thread(target=self._serve, args=(client,), daemon=True).start()
 
     def _serve(self, client: socket.socket) -> None:
-        with client, socket.create_connection(("127.0.0.1", self.upstream_port)) as upstream:
+        with client:
             head = b""
             while b"\r\n" not in head:
                 chunk = client.recv(65536)
                 if not chunk:
                     return
                 head += chunk
-            upstream.sendall(head)
             line = head.split(b"\r\n", 1)[0]
             with self._lock:
                 decision = self.drop(line)
-            sender = threading.Thread(target=_pump, args=(client, upstream), daemon=True)
-            sender.start()
-            if decision is None:
-                _pump(upstream, client)
-            else:
-                answer = _pump(upstream, None)  # the server's whole answer: it has acted
-                if self.before_losing is not None:
-                    self.before_losing(line)
-                if decision == "cut":
-                    client.sendall(answer[: len(answer) // 2])
-                with self._lock:
-                    self.dropped.append(line)
-                client.shutdown(socket.SHUT_RDWR)
-            sender.join(timeout=5)
+            if decision == "busy":  # as a load balancer in front of a busy server answers
+                client.sendall(
+                    b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: "
+                    + self.retry_after.encode()
+                    + b"\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                )
+                return
+            with socket.create_connection(("127.0.0.1", self.upstream_port)) as upstream:
+                upstream.sendall(head)
+                self._forward(client, upstream, line, decision)
+
+    def _forward(self, client, upstream, line: bytes, decision: Decision) -> None:
+        sender = threading.Thread(target=_pump, args=(client, upstream), daemon=True)
+        sender.start()
+        if decision is None:
+            _pump(upstream, client)
+        else:
+            answer = _pump(upstream, None)  # the server's whole answer: it has acted
+            if self.before_losing is not None:
+                self.before_losing(line)
+            if decision == "cut":
+                client.sendall(answer[: len(answer) // 2])
+            with self._lock:
+                self.dropped.append(line)
+            client.shutdown(socket.SHUT_RDWR)
+        sender.join(timeout=5)
 
     def close(self) -> None:
         self._listener.close()

@@ -10,11 +10,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from jupyter_gpu_pause.client import GpuPauseClient, Retry
+from jupyter_gpu_pause.client import GpuPauseClient, Retry, ServerUnreachable
 from tests.proxy import DroppingProxy, EveryThird
 from tests.servers import TOKEN, WAIT, Server
 
@@ -125,3 +126,41 @@ def test_a_cli_command_whose_answer_is_lost_still_succeeds_once(server, tmp_path
     assert server.sessions()[s["id"]]["state"] in RUNNING
     events = GpuPauseClient(f"http://127.0.0.1:{server.port}/", TOKEN).events(session=s)
     assert count(events, "resumed") == 1
+
+
+class Busy:
+    """Answers the first ``times`` requests 503 with Retry-After itself."""
+
+    def __init__(self, times: int):
+        self.left = times
+
+    def __call__(self, line: bytes):
+        if self.left:
+            self.left -= 1
+            return "busy"
+        return None
+
+
+def test_retry_after_is_honoured_within_the_budget(server):
+    # Given a proxy answering 503 "Retry-After: 1" once, and a client whose own backoff is 10 ms
+    quick = Retry(attempts=4, backoff=0.01, budget=10)
+    busy_once = DroppingProxy(server.port, Busy(1), retry_after="1")
+    try:
+        start = time.monotonic()
+        # When it lists the sessions through it
+        sessions = GpuPauseClient(busy_once.url, TOKEN, retry=quick).sessions()
+        # Then it got them, having waited as long as the server asked, not its own 10 ms
+        assert isinstance(sessions, list) and time.monotonic() - start >= 1.0
+    finally:
+        busy_once.close()
+
+    # Given a proxy that asks for 2 minutes, beyond the client's 10 s budget
+    busy_long = DroppingProxy(server.port, Busy(10), retry_after="120")
+    try:
+        start = time.monotonic()
+        # Then the client gives up at once with the 503, rather than waiting past its budget
+        with pytest.raises(ServerUnreachable) as gave_up:
+            GpuPauseClient(busy_long.url, TOKEN, retry=quick).sessions()
+        assert gave_up.value.status == 503 and time.monotonic() - start < 5
+    finally:
+        busy_long.close()
