@@ -12,8 +12,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from jupyter_gpu_pause.client import GpuPauseClient, ResumedElsewhere
 from tests.moto import BUCKET, PREFIX
-from tests.servers import READBACK, STATE, nodes
+from tests.servers import READBACK, STATE, TOKEN, nodes
 
 RESCAN = 1.0  # GpuPauseApp.store_rescan_interval here: how soon a node sees the other's work
 
@@ -67,6 +68,10 @@ def test_paused_on_node_1_resumes_on_node_2_and_never_on_both(two_nodes):
     code, body = n1.api("POST", resume_path(s["id"]))
     assert code == 409 and body["reason"] == "resumed-elsewhere", body
     assert n1.kernel_pids() == []
+    # and a script using the client gets a ResumedElsewhere naming that node
+    with pytest.raises(ResumedElsewhere) as refused:
+        GpuPauseClient(f"http://127.0.0.1:{n1.port}/", TOKEN).resume(s["id"])
+    assert refused.value.where.endswith(f":{n2.port}"), refused.value.body
     # nor deletes the checkpoints node 2 runs from
     code, body = n1.api("DELETE", f"gpu-pause/api/sessions/{s['id']}?delete_checkpoints=true")
     assert code == 409 and body["reason"] == "resumed-elsewhere", body

@@ -234,7 +234,14 @@ async def test_a_new_database_gets_the_latest_version(make):
     assert db.version() == db.migrations.latest >= 3
     tables = db.tables()
     if isinstance(db, RecordsDb):
-        assert set(tables) == {"sessions", "events", "accounting", "webhook_outbox"}
+        assert set(tables) == {
+            "sessions",
+            "events",
+            "accounting",
+            "webhook_outbox",
+            "idempotency",
+        }
+        assert tables["idempotency"] == ["user", "key", "request", "status", "body", "created"]
     else:
         assert set(tables) - {"schema_version"} == {"servers", "entries", "holders", "claims"}
         assert tables["servers"][-3:] == ["host", "pid_space", "started"]

@@ -184,3 +184,28 @@ def test_an_operation_reaches_the_lifecycle_through_a_typed_handle(name):
     init = getattr(importlib.import_module(f"jupyter_gpu_pause.server.{module}"), cls).__init__
     params = [p for p in inspect.signature(init).parameters.values() if p.name != "self"]
     assert params[0].annotation == OPERATIONS[name], f"{name}: {params[0]}"
+
+
+# -- the public client stands alone ----------------------------------------------------------------
+CLIENT = SERVER.parent / "client"
+
+
+def test_the_client_imports_neither_the_server_nor_tornado():
+    """A scheduler or a notebook uses ``jupyter_gpu_pause.client`` without the server's rooms,
+    Tornado or jupyter_server; the CLI may import the server, never the other way round."""
+    wrong = []
+    for path in sorted(CLIENT.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                names = [("." * node.level) + (node.module or "")]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            for name in names:
+                if name.split(".")[0] in ("tornado", "jupyter_server") or "server" in name.split(
+                    "."
+                ):
+                    wrong.append(f"client/{path.name}:{node.lineno} imports {name}")
+    assert wrong == []
+    assert (SERVER.parent / "py.typed").is_file(), "the package ships py.typed"

@@ -9,7 +9,7 @@ from jupyter_core.application import JupyterApp, base_aliases, base_flags
 from traitlets import Bool, TraitError, Unicode
 
 from ..units import duration_seconds
-from .client import Client, find_server
+from .client import GpuPauseClient, GpuPauseError, cli_error, find_server
 from .errors import INTERRUPTED, OK, USAGE, CliError
 from .output import Output
 
@@ -78,7 +78,9 @@ class Command(JupyterApp):
         out = Output(self.as_json)
         try:
             code = self.run(out)
-        except CliError as e:
+        except (CliError, GpuPauseError) as e:
+            if isinstance(e, GpuPauseError):
+                e = cli_error(e)
             out.error(e.message, e.details)
             code = e.code
         except KeyboardInterrupt:
@@ -101,5 +103,8 @@ class Command(JupyterApp):
             )
         return got + [None] * (most - len(got))
 
-    def client(self, out: Output) -> Client:
-        return Client(find_server(self.url, self.token, self.runtime_dir, warn=out.note))
+    def client(self, out: Output) -> GpuPauseClient:
+        """The server's client, found by ``--url``/``--token``, the environment or the
+        runtime dir (jupyter_gpu_pause.client.find_server); its errors end the command."""
+        target = find_server(self.url, self.token, self.runtime_dir, warn=out.note)
+        return GpuPauseClient(target=target)

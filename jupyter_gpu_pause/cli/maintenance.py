@@ -20,13 +20,13 @@ import fsspec
 from jupyter_core.application import JupyterApp
 from traitlets import Bool, Unicode
 
+from ..client import GpuPauseClient, ServerUnreachable, find_server
 from ..server.app import GpuPauseApp
 from ..server.integrations.maintenance import StoreMaintenance
 from ..store import GcBusy, Store, StoreError, gc, verify
 from ..store.keyfile import KeyFileError, load_secret
 from ..units import count_text, size_text
 from .base import COMMON_ALIASES, COMMON_FLAGS, Command
-from .client import Client, find_server
 from .errors import FAILED, NOT_FOUND, USAGE, WRONG_STATE, CliError
 from .output import Output
 
@@ -166,11 +166,11 @@ class GcCommand(_StoreCommand):
         if arg is None:
             try:
                 target = find_server(self.url, self.token, self.runtime_dir, warn=out.note)
-            except CliError:
+            except ServerUnreachable:
                 target = None  # nothing running: collect the configured store directly
                 out.note("no running Jupyter server found; collecting the configured store")
             if target is not None:
-                doc = Client(target).post("store/gc", {"dry_run": self.dry_run})
+                doc = GpuPauseClient(target=target).gc(self.dry_run)
                 return self._show(out, {"store": None, "server": target.url, **doc})
         app = self.settings()
         url = arg or app.store_url

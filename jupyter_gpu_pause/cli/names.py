@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from .client import Client
+from .client import GpuPauseClient
 from .errors import NOT_FOUND, USAGE, CliError
 
 
@@ -40,11 +40,11 @@ def match(sessions: list[dict], name: str, root_dir: str | None = None) -> list[
     return [s for s in sessions if name and s["id"].startswith(name.lower())]
 
 
-def resolve(client: Client, name: str) -> dict:
+def resolve(client: GpuPauseClient, name: str) -> dict:
     """The one Session ``name`` designates; CliError 3 when none, 2 when several."""
     if not name:
         raise CliError("give a session: its id, the start of its id, or its notebook path", USAGE)
-    sessions = client.get("sessions")["sessions"]
+    sessions = client.sessions()
     found = match(sessions, name, client.target.root_dir)
     if not found:
         raise CliError(

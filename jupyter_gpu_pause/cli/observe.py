@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from datetime import datetime, timedelta, timezone
 
 from traitlets import Bool, Unicode
@@ -26,11 +25,6 @@ def since_iso(text: str | None) -> str | None:
     except CliError:
         return text  # an ISO time: the server checks it, and says so when it is not one
     return iso(datetime.now(timezone.utc) - timedelta(seconds=back))
-
-
-def event_key(e: dict) -> str:
-    """One event told apart from every other (the records expose no sequence number)."""
-    return f"{e['time']}|{e['session_id']}|{e['type']}|{e['reason']}|{sorted(e['detail'].items())}"
 
 
 class EventsCommand(Command):
@@ -58,26 +52,18 @@ class EventsCommand(Command):
         client = self.client(out)
         sid = resolve(client, self.session)["id"] if self.session else None
         since = since_iso(self.since)
-        events = client.get("events", since=since, session_id=sid)["events"]
-        if out.json and not self.follow:
-            return out.document({"events": events})
-        seen: set[str] = set()
-        for e in events:
-            self._print(out, e)
-            seen.add(event_key(e))
         if not self.follow:
+            events = client.events(since, sid)
+            if out.json:
+                return out.document({"events": events})
+            for e in events:
+                self._print(out, e)
             if not events:
                 out.note("no events")
             return None
         try:
-            while True:
-                time.sleep(FOLLOW_POLL)
-                since = events[-1]["time"] if events else since
-                events = client.get("events", since=since, session_id=sid)["events"] or events
-                for e in events:
-                    if event_key(e) not in seen:
-                        seen.add(event_key(e))
-                        self._print(out, e)
+            for e in client.iter_events(since, sid, follow=True, poll=FOLLOW_POLL):
+                self._print(out, e)
         except KeyboardInterrupt:
             return None  # the only way to end --follow: not a failure
 
@@ -100,7 +86,7 @@ class ReportCommand(Command):
 
     def run(self, out: Output):
         self.positional(0)
-        doc = self.client(out).get("report", since=self.since)
+        doc = self.client(out).report(self.since)
         if out.json:
             return out.document(doc)
         t = doc["total"]
@@ -131,7 +117,7 @@ class CapacityCommand(Command):
 
     def run(self, out: Output):
         self.positional(0)
-        doc = self.client(out).get("capacity")
+        doc = self.client(out).capacity()
         if out.json:
             return out.document(doc)
         usage = doc.get("usage") or {}

@@ -23,12 +23,12 @@ from rich.progress import (
 )
 from traitlets import Bool, List, Unicode
 
+from ..client import event_key
 from .base import COMMON_ALIASES, COMMON_FLAGS, Command
-from .client import Client, session_path
+from .client import GpuPauseClient
 from .errors import FAILED, INTERRUPTED, USAGE, CliError
 from .follow import POLL
 from .names import resolve
-from .observe import event_key
 from .output import Output
 
 OUTCOMES = ("rebuilt", "rebuild_failed")
@@ -86,26 +86,22 @@ def cell_stage(s: dict, cells: list[dict] | None, subset: bool) -> tuple[str, in
 class Mark:
     """The session's events before the request: what the outcome must not be."""
 
-    def __init__(self, client: Client, session_id: str):
+    def __init__(self, client: GpuPauseClient, session_id: str):
         self.client, self.session_id = client, session_id
-        events = client.get("events", session_id=session_id)["events"]
+        events = client.events(session=session_id)
         self.since = events[-1]["time"] if events else None
         self.seen = {event_key(e) for e in events}
 
     def outcome(self) -> dict | None:
         """The first ``rebuilt`` / ``rebuild_failed`` event that is new since the mark."""
-        events = self.client.get("events", session_id=self.session_id, since=self.since)
+        events = self.client.events(self.since, self.session_id)
         return next(
-            (
-                e
-                for e in events["events"]
-                if e["type"] in OUTCOMES and event_key(e) not in self.seen
-            ),
+            (e for e in events if e["type"] in OUTCOMES and event_key(e) not in self.seen),
             None,
         )
 
 
-def wait_outcome(client: Client, s: dict, mark: Mark, show) -> tuple[dict, dict | None]:
+def wait_outcome(client: GpuPauseClient, s: dict, mark: Mark, show) -> tuple[dict, dict | None]:
     """Poll until this rebuild has ended: (the final Session, its outcome event or None).
     ``show(session)`` hears each look at the session while it rebuilds, the first being the
     server's answer to the request."""
@@ -115,16 +111,18 @@ def wait_outcome(client: Client, s: dict, mark: Mark, show) -> tuple[dict, dict 
             show(s)
         event = mark.outcome()
         if event is not None:  # the session was saved before its event: it is final
-            return client.get(session_path(s["id"])), event
+            return client.session(s), event
         if not rebuilding(s):
             quiet += 1
             if quiet > GRACE_POLLS:
                 return s, None
         time.sleep(POLL)
-        s = client.get(session_path(s["id"]))
+        s = client.session(s)
 
 
-def follow(client: Client, s: dict, mark: Mark, stage, out: Output) -> tuple[dict, dict | None]:
+def follow(
+    client: GpuPauseClient, s: dict, mark: Mark, stage, out: Output
+) -> tuple[dict, dict | None]:
     """``wait_outcome`` with a bar of cells on a terminal, else a line per cell; ``stage``:
     a session's (words, cells done, cells in all)."""
     try:
@@ -220,12 +218,11 @@ class RebuildCommand(Command):
     def run(self, out: Output):
         (name,) = self.positional(1)
         names = self.asked()
-        body = {**({"names": names} if names else {}), **({"confirm": True} if self.yes else {})}
         client = self.client(out)
         s = resolve(client, name)
         plan = (s.get("restore") or {}).get("rebuild")
         mark = Mark(client, s["id"])
-        s = client.post(session_path(s["id"], "rebuild"), body)
+        s = client.rebuild(s, names or None, confirm=self.yes)
         # the plan it accepted (a refusal, which changes nothing, prints only the server's why)
         if not out.json and plan and plan["names"]:
             for line in plan_lines(s["path"], plan, names):

@@ -10,9 +10,8 @@ from traitlets import Bool, Unicode
 
 from ..units import age_text, count_text, size_text
 from .base import COMMON_ALIASES, COMMON_FLAGS, Command, seconds
-from .client import session_path
-from .errors import FAILED, USAGE, CliError
-from .follow import follow, succeeded
+from .errors import USAGE, CliError
+from .follow import follow
 from .names import resolve
 from .output import Output
 
@@ -32,11 +31,6 @@ def _outcome(s: dict) -> str:
     return f"{s['path']}: {s.get('message') or s['state']}"
 
 
-def _error_text(s: dict) -> str:
-    err = s.get("error") or {}
-    return err.get("message") or s.get("message") or f"the session is {s['state']}"
-
-
 class ListCommand(Command):
     """List the sessions this server tracks."""
 
@@ -45,7 +39,7 @@ class ListCommand(Command):
 
     def run(self, out: Output):
         self.positional(0)
-        doc = self.client(out).get("sessions")
+        doc = {"sessions": self.client(out).sessions()}
         if out.json:
             return out.document(doc)
         rows = []
@@ -75,7 +69,7 @@ class ShowCommand(Command):
     def run(self, out: Output):
         (name,) = self.positional(1)
         client = self.client(out)
-        s = client.get(session_path(resolve(client, name)["id"]))
+        s = client.session(resolve(client, name))
         if out.json:
             return out.document(s)
         gpu = s.get("gpu") or {}
@@ -111,6 +105,7 @@ class _Operation(Command):
     args = "NAME"
 
     def body(self) -> dict:
+        """The operation's options, as keyword arguments of the client's method."""
         return {}
 
     def run(self, out: Output):
@@ -118,20 +113,16 @@ class _Operation(Command):
         body = self.body()
         client = self.client(out)
         s = resolve(client, name)
-        s = client.post(session_path(s["id"], self.kind), body)
+        s = getattr(client, self.kind)(s, **body)
         if not self.wait:
             if out.json:
                 return out.document(s)
             out.line(_outcome(s))
             return None
-        s = follow(client, s, self.kind, out)
+        s = follow(client, s, self.kind, out)  # OperationFailed (exit 1) after --json's document
         if out.json:
-            out.document(s)
-        ok = succeeded(self.kind, s)
-        if not ok:
-            raise CliError(f"{s['path']}: the {self.kind} failed: {_error_text(s)}", FAILED)
-        if not out.json:
-            out.line(_outcome(s))
+            return out.document(s)
+        out.line(_outcome(s))
         return None
 
 
@@ -180,14 +171,11 @@ class ResumeCommand(_Operation):
     def body(self) -> dict:
         if self.cpu and self.any_device:
             raise CliError("give --cpu or --any, not both", USAGE)
-        b = {}
-        if self.checkpoint:
-            b["checkpoint_id"] = self.checkpoint
-        if self.cpu or self.any_device:
-            b["device"] = "cpu" if self.cpu else "any"
-        if self.into_kernel:
-            b["into_kernel"] = self.into_kernel
-        return b
+        return {
+            "checkpoint_id": self.checkpoint or None,
+            "device": ("cpu" if self.cpu else "any") if self.cpu or self.any_device else None,
+            "into_kernel": self.into_kernel or None,
+        }
 
 
 class CancelCommand(Command):
@@ -201,7 +189,7 @@ class CancelCommand(Command):
     def run(self, out: Output):
         (name,) = self.positional(1)
         client = self.client(out)
-        s = client.post(session_path(resolve(client, name)["id"], "cancel"))
+        s = client.cancel(resolve(client, name))
         if out.json:
             return out.document(s)
         out.line(_outcome(s))
@@ -219,7 +207,7 @@ class KeepaliveCommand(Command):
         name, length = self.positional(2)
         n = seconds(length, "SECONDS")
         client = self.client(out)
-        s = client.post(session_path(resolve(client, name)["id"], "keepalive"), {"seconds": int(n)})
+        s = client.keepalive(resolve(client, name), int(n))
         if out.json:
             return out.document(s)
         out.line(f"{s['path']}: kept alive for {age_text(n)} — {s.get('message') or ''}")
@@ -233,7 +221,7 @@ class CheckpointsCommand(Command):
     def run(self, out: Output):
         (name,) = self.positional(1)
         client = self.client(out)
-        doc = client.get(session_path(resolve(client, name)["id"], "checkpoints"))
+        doc = {"checkpoints": client.checkpoints(resolve(client, name))}
         if out.json:
             return out.document(doc)
         rows = [
@@ -272,8 +260,7 @@ class DiscardCommand(Command):
         (name,) = self.positional(1)
         client = self.client(out)
         s = resolve(client, name)
-        flag = "true" if self.delete_checkpoints else "false"
-        client.delete(session_path(s["id"]), delete_checkpoints=flag)
+        client.delete(s, delete_checkpoints=self.delete_checkpoints)
         if out.json:
             return out.document(
                 {

@@ -50,6 +50,7 @@ from .suspend.tier import decide as decide_tier
 from .telemetry.metrics import attach as attach_metrics
 from .telemetry.webhooks import WebhookSender, signing_key
 from .web.handlers import handlers
+from .web.idempotency import IdempotencyKeys
 
 # Classes with settings of their own (c.QuotaCapacity.max_sessions…), checked at start too.
 _CONFIGURED = (QuotaCapacity, NvmlCapacity, CapacityQueue, FolderQueue, PostgresQueue)
@@ -185,6 +186,7 @@ class GpuPauseApp(ExtensionApp, GpuPauseSettings):
             gpu_pause=self.lifecycle,
             gpu_pause_monitor=self.monitor,
             gpu_pause_maintenance=self.maintenance,
+            gpu_pause_idempotency=IdempotencyKeys(self.records),
         )
 
     def _build_queue(self, label: str) -> CapacityQueue:

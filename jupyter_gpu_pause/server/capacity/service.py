@@ -232,7 +232,7 @@ class Capacity:
         if other is not None:
             self._claiming.discard(session_id)
             self.elsewhere[session_id] = other.label
-            raise WrongState(held_elsewhere(other), "resumed-elsewhere")
+            raise WrongState(held_elsewhere(other), "resumed-elsewhere", where=other.label)
         self.elsewhere.pop(session_id, None)
 
     def claimed(self, session_id: str) -> None:

@@ -427,6 +427,7 @@ class Lifecycle:
                 f"this session runs on {elsewhere}: its checkpoints are the state it pauses and "
                 "resumes from there. Pause it there first",
                 "resumed-elsewhere",
+                where=elsewhere,
             )
         if delete_checkpoints:
             for cid in await self.checkpoints.ids(s.id):

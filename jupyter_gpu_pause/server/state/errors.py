@@ -12,12 +12,16 @@ from ...store.schema import ManifestError
 
 
 class GpuPauseError(Exception):
+    """``detail``: more fields of the REST error body, beside ``message`` and ``reason``, that
+    a client acts on (``where`` of ``resumed-elsewhere``)."""
+
     status = 500
     reason = "error"
 
-    def __init__(self, message: str, reason: str | None = None):
+    def __init__(self, message: str, reason: str | None = None, **detail):
         super().__init__(message)
         self.message = message
+        self.detail = detail
         if reason:
             self.reason = reason
 
@@ -40,6 +44,13 @@ class Forbidden(GpuPauseError):
 class WrongState(GpuPauseError):
     status = 409
     reason = "wrong-state"
+
+
+class IdempotencyKeyReused(GpuPauseError):
+    """An Idempotency-Key already answered another request (another body, path or method)."""
+
+    status = 422
+    reason = "idempotency-key-reused"
 
 
 class Unavailable(GpuPauseError):

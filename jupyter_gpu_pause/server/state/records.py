@@ -1,5 +1,5 @@
-"""SQLite records: sessions, events, GPU-hour accounting and the webhook outbox, so they
-outlive a server restart.
+"""SQLite records: sessions, events, GPU-hour accounting, the webhook outbox and the answers
+kept for idempotency keys, so they outlive a server restart.
 
 All access goes through one worker thread (SQLite connections are single-threaded and disk
 writes must not block the event loop). Migrations are additive and numbered by user_version
@@ -55,6 +55,14 @@ MIGRATIONS = Migrations(
                                      UNIQUE (target, webhook_id));
         CREATE INDEX webhook_outbox_target ON webhook_outbox(target, seq);
         """,
+        # The first answer to each Idempotency-Key (web/idempotency.py), per user: request is
+        # "METHOD uri sha256-of-body", body the exact bytes answered; created in Unix seconds.
+        """
+        CREATE TABLE idempotency (user TEXT NOT NULL, key TEXT NOT NULL, request TEXT NOT NULL,
+                                  status INTEGER NOT NULL, body BLOB NOT NULL,
+                                  created REAL NOT NULL, PRIMARY KEY (user, key));
+        CREATE INDEX idempotency_created ON idempotency(created);
+        """,
     ),
 )
 
@@ -102,6 +110,15 @@ class Delivery:
     next_attempt: float  # Unix seconds; not sent before
     attempts: int = 0  # made so far
     seq: int = 0  # the outbox's order (0 until written)
+
+
+@dataclass(frozen=True)
+class KeptAnswer:
+    """The first answer to an idempotency key, and the request it answered."""
+
+    request: str  # "METHOD uri sha256-of-body"
+    status: int
+    body: bytes
 
 
 _OUTBOX_FIELDS = (
@@ -375,6 +392,38 @@ class Records:
     async def outbox_counts(self) -> dict[str, int]:
         """Deliveries waiting, by URL (``target``)."""
         return await self._run(self._outbox_counts)
+
+    # -- idempotency keys ----------------------------------------------------------------------
+    def _kept_answer(self, user: str, key: str, since: float) -> KeptAnswer | None:
+        row = (
+            self._connect()
+            .execute(
+                "SELECT request, status, body FROM idempotency "
+                "WHERE user = ? AND key = ? AND created >= ?",
+                (user, key, since),
+            )
+            .fetchone()
+        )
+        return KeptAnswer(row[0], row[1], bytes(row[2])) if row else None
+
+    async def kept_answer(self, user: str, key: str, since: float) -> KeptAnswer | None:
+        """The answer kept for ``user``'s ``key`` if it was given after ``since`` (Unix s)."""
+        return await self._run(self._kept_answer, user, key, since)
+
+    def _keep_answer(self, user: str, key: str, answer: KeptAnswer, expired: float) -> None:
+        db = self._connect()
+        with db:
+            db.execute("DELETE FROM idempotency WHERE created < ?", (expired,))
+            db.execute(
+                "INSERT OR REPLACE INTO idempotency (user, key, request, status, body, created) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (user, key, answer.request, answer.status, answer.body, time.time()),
+            )
+
+    async def keep_answer(self, user: str, key: str, answer: KeptAnswer, expired: float) -> None:
+        """Keep the first answer to ``user``'s ``key``, and purge the keys given before
+        ``expired`` (Unix s): each write pays for the purge, so no task is needed for it."""
+        await self._run(self._keep_answer, user, key, answer, expired)
 
     def close(self) -> None:
         if self._db is not None:

@@ -2,7 +2,8 @@
 
 Every verb is authenticated and authorized against the resource ``gpu_pause``; domain errors
 become ``{"message", "reason"}`` with their status in one place (``_maps_errors``), and every
-other error under the prefix (403, 404 for an unknown path, 405) is the same JSON shape.
+other error under the prefix (403, 404 for an unknown path, 405) is the same JSON shape. The
+verbs that change something honour ``Idempotency-Key`` (``@idempotent``, idempotency.py).
 
 The two ``kernel/`` routes are the exception: a kernel calls them for its own session
 (``gp.session()``, ``gp.pause()``) with the capability of ``kernel/capability.py`` instead of a
@@ -23,6 +24,7 @@ from tornado import web
 from ...kernel.capability import parse_authorization
 from ...store.format import iso, parse_iso
 from ..state.errors import BadRequest, Forbidden, GpuPauseError, NotFound
+from .idempotency import error_document, idempotent
 
 AUTH_RESOURCE = "gpu_pause"
 # Any segment: an id that is not a session's answers 404 unknown-session, in JSON.
@@ -44,6 +46,7 @@ class _ApiError(web.HTTPError):
     def __init__(self, error: GpuPauseError):
         super().__init__(error.status, "%s", error.message, reason=error.reason)
         self.message = error.message
+        self.document = error_document(error)
 
 
 def _maps_errors(method):
@@ -93,12 +96,15 @@ class BaseHandler(ExtensionHandlerMixin, APIHandler):
         super().log_exception(typ, value, tb)
 
     def write_error(self, status_code, **kwargs):
-        """Every error is ``{"message", "reason"}``: ours verbatim, Jupyter's and Tornado's
+        """Every error is ``{"message", "reason"}``: ours verbatim (with their detail fields,
+        such as ``where``), Jupyter's and Tornado's
         (403 unauthenticated, 405) with a reason code, anything unexpected as ``internal``."""
         exc = (kwargs.get("exc_info") or (None, None))[1]
         if isinstance(exc, _ApiError):
-            message, reason = exc.message, exc.reason
-        elif isinstance(exc, web.HTTPError):
+            self.set_header("Content-Type", "application/json")
+            self.finish(json.dumps(exc.document))
+            return
+        if isinstance(exc, web.HTTPError):
             message = exc.log_message or responses.get(status_code, "error")
             if exc.args[1:]:
                 message = message % exc.args[1:]
@@ -136,8 +142,10 @@ class BaseHandler(ExtensionHandlerMixin, APIHandler):
         return data
 
     def send(self, obj, status: int = 200) -> None:
+        """Answer ``obj`` as JSON (nothing for 204); ``sent`` keeps the bytes for a replay."""
         self.set_status(status)
-        self.finish(json.dumps(obj))
+        self.sent = b"" if status == 204 else json.dumps(obj).encode()
+        self.finish(self.sent or None)
 
 
 class SessionsHandler(BaseHandler):
@@ -157,17 +165,18 @@ class SessionHandler(BaseHandler):
         self.send(self.lifecycle.view(self.lifecycle.table.get(session_id)))
 
     @api
+    @idempotent
     async def delete(self, session_id):
         flag = self.get_query_argument("delete_checkpoints", "false").lower()
         if flag not in ("true", "false", "1", "0"):
             raise BadRequest(f"delete_checkpoints must be true or false, not {flag!r}", "bad-query")
         await self.lifecycle.delete(session_id, delete_checkpoints=flag in ("true", "1"))
-        self.set_status(204)
-        self.finish()
+        self.send(None, 204)
 
 
 class PauseHandler(BaseHandler):
     @api
+    @idempotent
     async def post(self, session_id):
         self.body({})
         s = await self.lifecycle.pause(session_id, reason="user")
@@ -176,6 +185,7 @@ class PauseHandler(BaseHandler):
 
 class ResumeHandler(BaseHandler):
     @api
+    @idempotent
     async def post(self, session_id):
         b = self.body({"checkpoint_id": str, "device": str, "into_kernel": str})
         s = await self.lifecycle.resume(
@@ -191,6 +201,7 @@ class RebuildHandler(BaseHandler):
     """Re-run the recorded cells that make what the last resume did not bring back."""
 
     @api
+    @idempotent
     async def post(self, session_id):
         b = self.body({"names": list, "confirm": bool})
         s = await self.lifecycle.rebuild(
@@ -210,6 +221,7 @@ class CheckHandler(BaseHandler):
 
 class CancelHandler(BaseHandler):
     @api
+    @idempotent
     async def post(self, session_id):
         self.body({})
         s = await self.lifecycle.cancel(session_id)
@@ -218,6 +230,7 @@ class CancelHandler(BaseHandler):
 
 class KeepaliveHandler(BaseHandler):
     @api
+    @idempotent
     async def post(self, session_id):
         b = self.body({"seconds": int})
         if "seconds" not in b:
@@ -280,6 +293,7 @@ class StoreGcHandler(BaseHandler):
     would be freed, ``{"dry_run": false}`` frees it. No kernel capability reaches it."""
 
     @api
+    @idempotent
     async def post(self):
         b = self.body({"dry_run": bool})
         if b.get("dry_run") is None:
