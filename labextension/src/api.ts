@@ -6,6 +6,7 @@ import type { TranslationBundle } from '@jupyterlab/translation';
 
 import { untranslated } from './format';
 import {
+  IBudgets,
   ICapacity,
   ICheckReport,
   ICheckpoint,
@@ -35,6 +36,13 @@ export const SERVER_EXTENSION_MISSING = 'server-extension-missing';
 export const KERNEL_EXISTS = 'kernel-exists';
 
 /**
+ * Reason of the server's 409 when a GPU resume would go over the user's
+ * GPU-hour budget; the error's `detail` has `retry_at` (when GPU resumes are
+ * allowed again) and `budget` (its name). A resume on the CPU still works.
+ */
+export const BUDGET_EXCEEDED = 'budget-exceeded';
+
+/**
  * Reason given to the error raised when the server cannot be reached.
  */
 export const NETWORK_ERROR = 'network-error';
@@ -50,11 +58,14 @@ export class GpuPauseError extends Error {
    * @param message - a sentence a user understands.
    * @param status - the HTTP status; 0 when the server was not reached.
    * @param reason - the server's error code, when it gave one.
+   * @param detail - the other fields of the server's answer, which some
+   *   reasons carry (`budget-exceeded`: `retry_at`, `budget`).
    */
   constructor(
     message: string,
     readonly status: number,
-    readonly reason?: string
+    readonly reason?: string,
+    readonly detail: Readonly<Record<string, unknown>> = {}
   ) {
     super(message);
     this.name = 'GpuPauseError';
@@ -256,6 +267,14 @@ export class GpuPauseAPI {
   }
 
   /**
+   * The GPU-hour budgets that apply: the user's own (none when no budget
+   * applies or they are exempt), or every user's for an admin.
+   */
+  budget(): Promise<IBudgets> {
+    return this._request<IBudgets>('GET', this.url('budget'));
+  }
+
+  /**
    * List a session's checkpoints, oldest first.
    */
   async checkpoints(id: string): Promise<ICheckpoint[]> {
@@ -308,10 +327,12 @@ export class GpuPauseAPI {
 
   private _toError(response: Response, data: unknown): GpuPauseError {
     if (Private.isApiError(data)) {
+      const { message, reason, ...detail } = data;
       return new GpuPauseError(
-        data.message,
+        message,
         response.status,
-        data.reason ?? undefined
+        reason ?? undefined,
+        detail
       );
     }
     if (response.status === 404) {
@@ -359,9 +380,11 @@ namespace Private {
   /**
    * Whether a parsed body is the API's `{message, reason}` error shape.
    */
-  export function isApiError(
-    data: unknown
-  ): data is { message: string; reason?: string | null } {
+  export function isApiError(data: unknown): data is {
+    message: string;
+    reason?: string | null;
+    [key: string]: unknown;
+  } {
     return (
       typeof data === 'object' &&
       data !== null &&

@@ -16,6 +16,7 @@ import { Widget } from '@lumino/widgets';
 import { isRebuilding, offersCpuResume } from './actions';
 import type { KernelGate } from './gate';
 import { GpuPauseAPI, GpuPauseError, KERNEL_EXISTS } from './api';
+import { notifyBudgetRefusal } from './budgetNotify';
 import { bytesText, durationText } from './format';
 import { resumeInPlaceHint } from './suspendText';
 import { SessionsModel } from './model';
@@ -148,8 +149,9 @@ export function addCommands(options: ICommandsOptions): IDisposable {
     args: ReadonlyPartialJSONObject,
     action: (session: ISession) => Promise<ISession | void>
   ): Promise<void> => {
+    let session: ISession | null = null;
     try {
-      const session = await target(args);
+      session = await target(args);
       if (!session) {
         return;
       }
@@ -158,7 +160,11 @@ export function addCommands(options: ICommandsOptions): IDisposable {
         model.update(updated);
       }
     } catch (error) {
-      Notification.error(Private.messageOf(error, trans), { autoClose: false });
+      // A GPU resume over budget: when GPUs are back, and Resume on CPU.
+      if (!notifyBudgetRefusal(error, session, commands, trans)) {
+        const text = Private.messageOf(error, trans);
+        Notification.error(text, { autoClose: false });
+      }
     } finally {
       void model.refresh();
     }

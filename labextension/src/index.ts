@@ -21,6 +21,7 @@ import { ITranslator } from '@jupyterlab/translation';
 import { DisposableDelegate } from '@lumino/disposable';
 
 import { GpuPauseAPI } from './api';
+import { BudgetNotifier } from './budgetNotify';
 import { addCommands, notebookPath } from './commands';
 import { KernelGate } from './gate';
 import { gpuPauseIcon } from './icons';
@@ -36,6 +37,7 @@ import {
   PLUGIN_ID,
   TRANSLATION_DOMAIN
 } from './tokens';
+import { BudgetLine } from './widgets/budget';
 import { GpuHoursChart } from './widgets/chart';
 import { SessionsPanel } from './widgets/panel';
 import { PauseTierLine } from './widgets/tier';
@@ -100,6 +102,7 @@ const core: JupyterFrontEndPlugin<IGpuPause> = {
     });
     // After the resume's own toast: what it did not bring back, and the plan.
     new RebuildNotifier({ model, commands: app.commands, trans });
+    new BudgetNotifier({ model, trans });
 
     if (settingRegistry) {
       const apply = (loaded: ISettingRegistry.ISettings): void => {
@@ -157,6 +160,11 @@ const panel: JupyterFrontEndPlugin<void> = {
       model: gpuPause.model,
       chart: new GpuHoursChart(gpuPause.api, trans),
       tier: new PauseTierLine(gpuPause.api, trans),
+      budget: new BudgetLine({
+        api: gpuPause.api,
+        trans,
+        user: () => app.serviceManager.user?.identity?.username ?? null
+      }),
       refresh: () => void app.commands.execute(CommandIDs.refresh),
       actions: {
         run: (command, sessionId) =>

@@ -21,6 +21,7 @@ export type {
   IRebuiltDetail
 } from './rebuildTypes';
 export type { IAccounting, IGpuHours, IReport } from './reportTypes';
+export type { IBudget, IBudgetDetail, IBudgets } from './budgetTypes';
 export type {
   ICapacity,
   IPauseTier,
@@ -360,6 +361,9 @@ export type EventType =
   | 'paused'
   | 'pause_failed'
   | 'suspended'
+  | 'budget_warned'
+  | 'budget_held'
+  | 'budget_granted'
   | 'resumed'
   | 'resume_failed'
   | 'waiting'
@@ -393,7 +397,8 @@ export interface IEvent {
    * `waiting` event adds `position` and `reason`; a `resumed` event adds
    * `waited_seconds` and `device` (and `in_place: true` when it brought a
    * suspended kernel back); a `resume_failed` one `error_reason`; a
-   * `suspended` one `gpu_released_seconds` and `host_bytes`.
+   * `suspended` one `gpu_released_seconds` and `host_bytes`; `budget_*`
+   * ones an `IBudgetDetail`.
    */
   detail: {
     message?: string;

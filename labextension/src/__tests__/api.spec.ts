@@ -15,6 +15,7 @@ jest.mock('@jupyterlab/services', () => ({
 import { ServerConnection } from '@jupyterlab/services';
 
 import {
+  BUDGET_EXCEEDED,
   GpuPauseAPI,
   GpuPauseError,
   NETWORK_ERROR,
@@ -110,6 +111,40 @@ describe('GpuPauseAPI', () => {
     const [url, init] = makeRequest.mock.calls[0];
     expect(url).toBe('http://localhost:8888/lab-base/gpu-pause/api/capacity');
     expect(init.method).toBe('GET');
+  });
+
+  it("gets the user's GPU-hour budget", async () => {
+    // Given a user with a budget
+    const budget = { name: 'alice', used_hours: 12.4, state: 'ok' };
+    answer(200, JSON.stringify({ admin: false, budgets: [budget] }));
+    // When the Lab asks for it
+    const budgets = await api.budget();
+    // Then it is a GET of budget, and the answer comes back as sent
+    expect(budgets).toEqual({ admin: false, budgets: [budget] });
+    const [url, init] = makeRequest.mock.calls[0];
+    expect(url).toBe('http://localhost:8888/lab-base/gpu-pause/api/budget');
+    expect(init.method).toBe('GET');
+  });
+
+  it('keeps the other fields of an error: when a refused GPU resume may retry', async () => {
+    // Given a GPU resume over the user's budget
+    answer(
+      409,
+      JSON.stringify({
+        message: 'GPU-hour budget "alice" is used up.',
+        reason: 'budget-exceeded',
+        retry_at: '2027-01-01T00:00:00Z',
+        budget: 'alice'
+      })
+    );
+    // When resuming, then the error carries its reason and detail
+    const error = await api.resume('a1b2').catch(e => e);
+    expect(error).toBeInstanceOf(GpuPauseError);
+    expect(error.reason).toBe(BUDGET_EXCEEDED);
+    expect(error.detail).toEqual({
+      retry_at: '2027-01-01T00:00:00Z',
+      budget: 'alice'
+    });
   });
 
   it("parses the server's {message, reason} errors", async () => {

@@ -4,7 +4,9 @@
 /**
  * The sessions panel as a user reads it: under the summary, the pause tier
  * the server uses and why ("Pause tier: suspend in place — …"), asked once
- * of `GET capacity`; a suspended kernel counted as suspended, not paused.
+ * of `GET capacity`; a suspended kernel counted as suspended, not paused;
+ * the user's GPU-hour budget ("12.4 of 40 GPU-hours this month"), coloured
+ * once warned or held, from `GET budget`.
  * The real panel, rows, model and tier line run in jsdom against a scripted
  * server.
  */
@@ -14,12 +16,15 @@ jest.mock('@jupyterlab/services', () => ({
 
 import { Widget } from '@lumino/widgets';
 
+import { GpuPauseError } from '../api';
 import { SessionsModel } from '../model';
 import { tierHint, tierText } from '../suspendText';
-import { ICapacity, ISession } from '../tokens';
+import { IBudgets, ICapacity, IEvent, ISession } from '../tokens';
+import { BudgetLine } from '../widgets/budget';
 import { GpuHoursChart } from '../widgets/chart';
 import { SessionsPanel } from '../widgets/panel';
 import { PauseTierLine } from '../widgets/tier';
+import { makeBudget, makeHeld, makeWarned } from './budgets';
 import { makeSession, makeSuspended } from './sessions';
 import { trans } from './translation';
 import { visibleLines } from './visible';
@@ -193,5 +198,211 @@ describe('the pause tier line, in words', () => {
   ])('names the tier %j and why', (tier, text, hint) => {
     expect(tierText(tier, trans)).toBe(text);
     expect(tierHint(tier, trans)).toMatch(hint);
+  });
+});
+
+describe('the budget line in the panel', () => {
+  let answer: () => Promise<IBudgets>;
+  let asked: number;
+  let events: IEvent[];
+  let model: SessionsModel;
+  let panel: SessionsPanel;
+  let chart: GpuHoursChart;
+  let budget: BudgetLine;
+
+  /** Let the polls' timers and promises run. */
+  async function run(): Promise<void> {
+    for (let i = 0; i < 5; i++) {
+      await settle();
+    }
+  }
+
+  function open(user: string | null = null): HTMLElement {
+    model = new SessionsModel({
+      api: { listSessions: async () => [], events: async () => events },
+      refreshInterval: 5
+    });
+    chart = new GpuHoursChart(
+      {
+        report: async () => ({
+          since: '',
+          total: {
+            gpu_hours_held: 0,
+            gpu_hours_idle: 0,
+            gpu_hours_reclaimed: 0
+          },
+          days: []
+        })
+      },
+      trans
+    );
+    budget = new BudgetLine({
+      api: {
+        budget: () => {
+          asked++;
+          return answer();
+        }
+      },
+      trans,
+      user: () => user
+    });
+    panel = new SessionsPanel({
+      model,
+      chart,
+      tier: new PauseTierLine(
+        { capacity: async () => ({ provider: 'nvml' }) },
+        trans
+      ),
+      budget,
+      refresh: () => undefined,
+      actions: { run: () => undefined, open: () => undefined },
+      trans
+    });
+    Widget.attach(panel, document.body);
+    return panel.node;
+  }
+
+  /** The budget line's element. */
+  function line(node: HTMLElement): HTMLElement {
+    return node.querySelector('.jp-GpuPause-budget') as HTMLElement;
+  }
+
+  beforeEach(() => {
+    asked = 0;
+    events = [];
+    answer = async () => ({ admin: false, budgets: [makeBudget()] });
+  });
+
+  afterEach(() => {
+    panel.dispose();
+    chart.dispose();
+    budget.dispose();
+    model.dispose();
+  });
+
+  it("shows the user's budget under the summary, in the calm colour", async () => {
+    // Given a user with 12.4 of 40 GPU-hours used this month
+    // When the panel opens
+    const node = open();
+    await run();
+    // Then one line says so, without a warning colour
+    expect(visibleLines(node)).toContain('12.4 of 40 GPU-hours this month');
+    expect(line(node).classList.contains('jp-GpuPause-budget-warned')).toBe(
+      false
+    );
+    expect(line(node).classList.contains('jp-GpuPause-budget-held')).toBe(
+      false
+    );
+    expect(line(node).title).toMatch(
+      /^Your GPU-hour budget "alice"\.\nIt renews at 00:00/
+    );
+  });
+
+  it('colours the line past the warning threshold, and more strongly once held', async () => {
+    // Given a budget past its warning threshold
+    answer = async () => ({ admin: false, budgets: [makeWarned()] });
+    const node = open();
+    await run();
+    // Then the line is warn-coloured and says the share used
+    expect(visibleLines(node)).toContain(
+      '32.1 of 40 GPU-hours this month — 80% used'
+    );
+    expect(line(node).classList.contains('jp-GpuPause-budget-warned')).toBe(
+      true
+    );
+    // When the budget is used up and the panel refreshes
+    answer = async () => ({ admin: false, budgets: [makeHeld()] });
+    (node.querySelector('.jp-GpuPause-refresh') as HTMLElement).click();
+    await run();
+    // Then the line is error-coloured and says until when GPUs are held
+    const lines = visibleLines(node);
+    const usage = lines.indexOf('40.2 of 40 GPU-hours this month — 100% used');
+    expect(usage).toBeGreaterThanOrEqual(0);
+    expect(lines[usage + 1]).toMatch(
+      /^GPU resumes held until \d\d:\d\d.*; CPU resume still works$/
+    );
+    expect(line(node).classList.contains('jp-GpuPause-budget-held')).toBe(true);
+    expect(line(node).classList.contains('jp-GpuPause-budget-warned')).toBe(
+      false
+    );
+  });
+
+  it('shows no line when no budget applies, or the server has no budgets', async () => {
+    // Given a user without a budget (or exempt)
+    answer = async () => ({ admin: false, budgets: [] });
+    const node = open();
+    await run();
+    expect(asked).toBe(1);
+    expect(line(node).hidden).toBe(true);
+    expect(visibleLines(node).join('\n')).not.toMatch(/GPU-hours/);
+    // And a server without the endpoint is not asked again
+    answer = async () => {
+      throw new GpuPauseError('Not found', 404);
+    };
+    panel.hide();
+    panel.show();
+    await run();
+    panel.hide();
+    panel.show();
+    await run();
+    expect(asked).toBe(2);
+    expect(line(node).hidden).toBe(true);
+  });
+
+  it("finds the admin's own budget among everyone's", async () => {
+    // Given an admin, whose answer lists every user's budget
+    answer = async () => ({
+      admin: true,
+      budgets: [
+        makeHeld({ name: 'bob', user: 'bob' }),
+        makeBudget({ name: 'root', user: 'root', used_hours: 2 })
+      ]
+    });
+    const node = open('root');
+    await run();
+    // Then the line is theirs, not the first listed
+    const text = visibleLines(node).join('\n');
+    expect(text).toContain('2 of 40 GPU-hours this month');
+    expect(text).not.toMatch(/held/);
+  });
+
+  it('asks again at once when a budget event arrives, not at each poll of the sessions', async () => {
+    // Given the panel showing an ok budget (the first poll: history)
+    const node = open();
+    await model.fetch();
+    await run();
+    expect(asked).toBe(1);
+    // When the sessions are polled again, with an event of no budget
+    events = [
+      {
+        time: new Date().toISOString(),
+        session_id: 's1',
+        type: 'paused',
+        reason: 'user',
+        detail: {}
+      }
+    ];
+    await model.fetch();
+    await model.fetch();
+    await run();
+    // Then the budget is not asked again (its own poll is slow)
+    expect(asked).toBe(1);
+    // When the budget is held and its event arrives
+    answer = async () => ({ admin: false, budgets: [makeHeld()] });
+    events = [
+      ...events,
+      {
+        time: new Date(Date.now() + 1000).toISOString(),
+        session_id: 's1',
+        type: 'budget_held',
+        reason: 'budget',
+        detail: { budget: 'alice', message: 'used up' }
+      }
+    ];
+    await model.fetch();
+    await run();
+    // Then the line shows it at once
+    expect(asked).toBe(2);
+    expect(line(node).classList.contains('jp-GpuPause-budget-held')).toBe(true);
   });
 });

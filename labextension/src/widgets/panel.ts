@@ -8,6 +8,8 @@ import { Widget } from '@lumino/widgets';
 
 import { gibibytes } from '../format';
 import { SessionsModel } from '../model';
+import { IEvent } from '../tokens';
+import { BudgetLine } from './budget';
 import { GpuHoursChart } from './chart';
 import { el, setText } from './dom';
 import { IRowActions, SessionRow } from './row';
@@ -25,6 +27,11 @@ export interface ISessionsPanelOptions {
   chart: GpuHoursChart;
   /** The pause tier in force, shown under the summary when the server names one. */
   tier: PauseTierLine;
+  /**
+   * The user's GPU-hour budget, shown under the summary when one applies;
+   * none from servers without budgets.
+   */
+  budget?: BudgetLine;
   /** Refresh now (the header's button). */
   refresh: () => void;
   /** Translation of user-visible strings. */
@@ -48,8 +55,14 @@ export class SessionsPanel extends Widget {
     const refresh = el('button', 'jp-GpuPause-refresh', header);
     refresh.textContent = trans.__('Refresh');
     refresh.title = trans.__('Ask the server for the sessions now');
-    refresh.addEventListener('click', () => options.refresh());
+    refresh.addEventListener('click', () => {
+      options.refresh();
+      void options.budget?.refresh();
+    });
     this._summary = el('div', 'jp-GpuPause-summary', this.node);
+    if (options.budget) {
+      this.node.appendChild(options.budget.node);
+    }
     this.node.appendChild(options.tier.node);
     this._banner = el('div', 'jp-GpuPause-banner', this.node);
     this._banner.setAttribute('role', 'alert');
@@ -64,6 +77,7 @@ export class SessionsPanel extends Widget {
 
     options.model.changed.connect(this._render, this);
     options.model.clock.connect(this._tick, this);
+    options.model.eventsReceived.connect(this._onEvents, this);
     this._render();
   }
 
@@ -76,6 +90,7 @@ export class SessionsPanel extends Widget {
     }
     this._options.model.changed.disconnect(this._render, this);
     this._options.model.clock.disconnect(this._tick, this);
+    this._options.model.eventsReceived.disconnect(this._onEvents, this);
     super.dispose();
   }
 
@@ -83,12 +98,14 @@ export class SessionsPanel extends Widget {
     super.onAfterAttach(msg);
     if (this.isVisible) {
       void this._options.tier.load();
+      this._setBudgetVisible(true);
     }
   }
 
   protected onAfterShow(msg: Message): void {
     super.onAfterShow(msg);
     this._options.chart.visible = true;
+    this._setBudgetVisible(true);
     void this._options.tier.load();
     this._render();
   }
@@ -96,6 +113,28 @@ export class SessionsPanel extends Widget {
   protected onAfterHide(msg: Message): void {
     super.onAfterHide(msg);
     this._options.chart.visible = false;
+    this._setBudgetVisible(false);
+  }
+
+  protected onBeforeDetach(msg: Message): void {
+    this._setBudgetVisible(false);
+    super.onBeforeDetach(msg);
+  }
+
+  private _setBudgetVisible(visible: boolean): void {
+    if (this._options.budget) {
+      this._options.budget.visible = visible;
+    }
+  }
+
+  /**
+   * A budget was warned, held or granted more hours: show it at once
+   * rather than at the budget's next poll.
+   */
+  private _onEvents(_: SessionsModel, events: IEvent[]): void {
+    if (events.some(e => e.type.startsWith('budget_'))) {
+      void this._options.budget?.refresh();
+    }
   }
 
   /**
