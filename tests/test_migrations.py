@@ -243,7 +243,16 @@ async def test_a_new_database_gets_the_latest_version(make):
         }
         assert tables["idempotency"] == ["user", "key", "request", "status", "body", "created"]
     else:
-        assert set(tables) - {"schema_version"} == {"servers", "entries", "holders", "claims"}
+        assert set(tables) - {"schema_version"} == {
+            "servers",
+            "entries",
+            "holders",
+            "claims",
+            "usage",
+            "budget_adjustments",
+            "budget_notices",
+            "budget_users",
+        }
         assert tables["servers"][-3:] == ["host", "pid_space", "started"]
 
 

@@ -25,6 +25,7 @@ ALLOWED = {
     "lifecycle": {"config", "state", "capacity", "kernels", "suspend"},
     "monitor": {"config", "state", "capacity", "kernels", "lifecycle", "suspend"},
     "telemetry": {"config", "state"},
+    "budgets": {"config", "state"},
     "integrations": {
         "config",
         "state",

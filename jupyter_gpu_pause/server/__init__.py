@@ -9,6 +9,7 @@ says what lives in it and what it may import (``tests/test_structure.py`` keeps 
     lifecycle   pause, resume, check, recovery, sessions    imports: + kernels, suspend
     monitor     idle policies, activity, accounting         imports: + lifecycle
     telemetry   metrics, webhooks (listeners of events)     imports: config, state
+    budgets     GPU-hour budgets: rules, ledger, admission  imports: config, state
     integrations  hub, shutdown, preemption, maintenance    imports: all but monitor, web
     web         the REST handlers                           imports: config, state
 

@@ -26,7 +26,14 @@ The head of the line is granted by its own server when the provider says it fits
 behind it waits (strict FIFO: a small resume never overtakes a large one).
 
 The queue is the one place shared between users: it holds session ids, notebook *file names*
-(not their folders), user names and sizes, and nothing else.
+(not their folders), user names and sizes, and, for GPU-hour budgets (``budgets/``), each
+user's GPU-seconds, groups and grants; nothing else.
+
+*Metering.* Every heartbeat (``set_holders``) also writes the GPU-seconds of this server's GPU
+sessions: one open interval per session, its ``last`` moved to the transaction's clock; a
+session that stopped holding is closed there. A server that dies leaves its intervals ending at
+its last heartbeat; whoever drops it closes them, so nothing is counted twice and at most one
+heartbeat is lost.
 """
 
 from __future__ import annotations
@@ -71,6 +78,23 @@ QUEUE_TABLES = (
     ALTER TABLE {schema}servers ADD COLUMN host TEXT;
     ALTER TABLE {schema}servers ADD COLUMN pid_space TEXT;
     ALTER TABLE {schema}servers ADD COLUMN started {float}
+    """,
+    # GPU-hour budgets (``budgets/``): the GPU-seconds each server's GPU sessions hold, as
+    # intervals renewed at every heartbeat (``last``); an admin's grants and resets; the
+    # warnings already given (once per period, whichever server gives it); each user's groups
+    """
+    CREATE TABLE {schema}usage (id {serial}, "user" TEXT NOT NULL, server_id TEXT NOT NULL,
+                                session_id TEXT NOT NULL, weight {float} NOT NULL,
+                                start {float} NOT NULL, last {float} NOT NULL,
+                                open INTEGER NOT NULL);
+    CREATE INDEX usage_user ON {schema}usage ("user", last);
+    CREATE TABLE {schema}budget_adjustments (id {serial}, "user" TEXT NOT NULL,
+                                             kind TEXT NOT NULL, hours {float} NOT NULL,
+                                             at {float} NOT NULL, by TEXT);
+    CREATE TABLE {schema}budget_notices (id {serial}, "user" TEXT NOT NULL, kind TEXT NOT NULL,
+                                         at {float} NOT NULL);
+    CREATE TABLE {schema}budget_users ("user" TEXT PRIMARY KEY, groups TEXT NOT NULL,
+                                       seen {float} NOT NULL)
     """,
 )
 
@@ -218,6 +242,12 @@ class CapacityQueue(LoggingConfigurable):
                 )
         for table in ("entries", "holders", "claims"):
             self._q(db, f"DELETE FROM {table} WHERE server_id NOT IN (SELECT id FROM servers)")
+        # a gone server's GPU-seconds end at its last heartbeat: closed, never extended again
+        self._q(
+            db,
+            "UPDATE usage SET open = 0 "
+            "WHERE open = 1 AND server_id NOT IN (SELECT id FROM servers)",
+        )
 
     def _holders(self, db) -> list[Holder]:
         rows = self._q(
@@ -344,9 +374,45 @@ class CapacityQueue(LoggingConfigurable):
         ).fetchall()
         return dict(others)
 
-    def _set_holders(self, db, holders: list[Holder], live: set[str] | None = None) -> dict:
+    def _meter(self, db, metered: dict[str, float]) -> None:
+        """Extend this server's open usage intervals to now; ``metered``: {session id: weight}
+        of the GPU sessions holding GPUs now (weight: weighted GPUs). A session that stopped,
+        or whose weight changed, is closed now (and opened again with its new weight)."""
+        rows = self._q(
+            db,
+            "SELECT id, session_id, weight FROM usage WHERE server_id = ? AND open = 1",
+            (self.server_id,),
+        ).fetchall()
+        still = {}
+        for row_id, sid, weight in rows:
+            keep = sid in metered and abs(metered[sid] - weight) < 1e-9
+            self._q(
+                db,
+                "UPDATE usage SET last = ?, open = ? WHERE id = ?",
+                (self.now, int(keep), row_id),
+            )
+            if keep:
+                still[sid] = weight
+        for sid, weight in metered.items():
+            if sid not in still and weight > 0:
+                self._q(
+                    db,
+                    'INSERT INTO usage ("user", server_id, session_id, weight, start, last, open) '
+                    "VALUES (?, ?, ?, ?, ?, ?, 1)",
+                    (self.user, self.server_id, sid, weight, self.now, self.now),
+                )
+
+    def _set_holders(
+        self,
+        db,
+        holders: list[Holder],
+        live: set[str] | None = None,
+        metered: dict[str, float] | None = None,
+    ) -> dict:
         self._renew(db)
         self._expire(db)  # what others run (``elsewhere``) never names a server that is gone
+        if metered is not None:
+            self._meter(db, metered)
         keep = {h.session_id for h in holders}
         mine = self._q(
             db, "SELECT session_id FROM holders WHERE server_id = ?", (self.server_id,)
@@ -391,6 +457,7 @@ class CapacityQueue(LoggingConfigurable):
         return {"queue": queue, "holders": self._holders(db), "servers": servers}
 
     def _close(self, db) -> None:
+        self._meter(db, {})  # this server's GPU-seconds counted until now, and closed
         self._q(db, "DELETE FROM entries WHERE server_id = ?", (self.server_id,))
         self._q(db, "DELETE FROM holders WHERE server_id = ?", (self.server_id,))
         self._q(db, "DELETE FROM claims WHERE server_id = ?", (self.server_id,))
@@ -427,10 +494,25 @@ class CapacityQueue(LoggingConfigurable):
     async def leave(self, entry: int | None, session_id: str) -> None:
         await self._in_tx(self._leave, entry, session_id)
 
-    async def set_holders(self, holders: list[Holder], live: set[str] | None = None) -> dict:
-        """This server's GPU sessions and, when given, the sessions it runs (its claims);
-        returns the sessions other servers run, {session id: server label}."""
-        return await self._in_tx(self._set_holders, holders, live)
+    async def set_holders(
+        self,
+        holders: list[Holder],
+        live: set[str] | None = None,
+        metered: dict[str, float] | None = None,
+    ) -> dict:
+        """This server's GPU sessions and, when given, the sessions it runs (its claims) and
+        their weighted GPUs to meter; returns the sessions other servers run,
+        {session id: server label}."""
+        return await self._in_tx(self._set_holders, holders, live, metered)
+
+    async def transaction(self, fn, *args):
+        """``fn(db, *args)`` in one transaction of the queue, ``self.now`` its clock: for the
+        rooms that keep tables of their own in it (``budgets/ledger.py``), which run their
+        SQL through ``q``."""
+        return await self._in_tx(fn, *args)
+
+    def q(self, db, sql: str, params=()):
+        return self._q(db, sql, params)
 
     async def claim(self, session_id: str) -> ClaimHolder | None:
         return await self._in_tx(self._claim, session_id)

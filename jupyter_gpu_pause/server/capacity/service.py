@@ -79,6 +79,9 @@ class Capacity:
         self._dirty = False
         self._heartbeat: asyncio.Task | None = None
         self.unavailable: str | None = None  # why the queue cannot be used now
+        # {session id: weighted GPUs} of the holders, for the GPU-hour budgets' meter
+        # (``budgets.meter``); None: nothing metered (no budget configured)
+        self.meter: Callable[[list[Holder]], dict[str, float]] | None = None
 
     @property
     def name(self) -> str:
@@ -253,7 +256,9 @@ class Capacity:
             self._dirty = False
             try:
                 live = self._live() | self._claiming
-                self.elsewhere = await self.queue.set_holders(self._holders(), live)
+                holders = self._holders()
+                metered = self.meter(holders) if self.meter is not None else None
+                self.elsewhere = await self.queue.set_holders(holders, live, metered)
                 self._up()
             except QueueUnavailable as e:  # told again by the heartbeat once it is back
                 self._down(e)

@@ -53,6 +53,17 @@ class IdempotencyKeyReused(GpuPauseError):
     reason = "idempotency-key-reused"
 
 
+class BudgetExceeded(GpuPauseError):
+    """A GPU resume refused: the user's GPU-hour budget is held. ``retry_at`` (ISO 8601) is
+    when it renews; a CPU resume is still allowed, and an admin's grant lifts it at once."""
+
+    status = 409
+    reason = "budget-exceeded"
+
+    def __init__(self, message: str, retry_at: str | None, budget: str):
+        super().__init__(message, retry_at=retry_at, budget=budget)
+
+
 class Unavailable(GpuPauseError):
     """The extension could not load its records at startup; nothing it would answer is true."""
 
