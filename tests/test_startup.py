@@ -235,6 +235,31 @@ BAD_CONFIGS = [
         ["GpuPauseApp.policies", "policy 'nightly': unknown key 'idle_timout'"],
     ),
     (
+        "budget-unknown-key",
+        "c.GpuPauseApp.budgets = [{'name': 'lab', 'gpu_hours': 40, 'perid': 'month'}]",
+        ["GpuPauseApp.budgets", "budget 'lab': unknown key 'perid'"],
+    ),
+    (
+        "budget-bad-period",
+        "c.GpuPauseApp.budgets = [{'name': 'lab', 'gpu_hours': 40, 'period': 'fortnight'}]",
+        ["GpuPauseApp.budgets", "budget 'lab': unknown period 'fortnight'"],
+    ),
+    (
+        "budget-no-hours",
+        "c.GpuPauseApp.budgets = [{'name': 'lab', 'gpu_hours': 0}]",
+        ["GpuPauseApp.budgets", "budget 'lab': 'gpu_hours' must be more than 0"],
+    ),
+    (
+        "budget-warn-above-hold",
+        "c.GpuPauseApp.budgets = [{'name': 'lab', 'gpu_hours': 4, 'warn_at': 1.2}]",
+        ["GpuPauseApp.budgets", "'warn_at' (1.2) is above 'hold_at' (1)"],
+    ),
+    (
+        "negative-gpu-weight",
+        "c.GpuPauseApp.gpu_weights = {'NVIDIA H200': -1}",
+        ["GpuPauseApp.gpu_weights", "must be >= 0"],
+    ),
+    (
         "wrong-type",
         "c.GpuPauseApp.max_checkpoint_bytes = 'lots'",
         ["GpuPauseApp.max_checkpoint_bytes", "'lots'"],

@@ -5,6 +5,7 @@ starts what runs in the background and ``stop_extension`` stops all that was bui
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import uuid
@@ -13,6 +14,7 @@ from jupyter_server.extension.application import ExtensionApp
 from traitlets import TraitError
 
 from ..store.keyfile import KeyFileError
+from .budgets import BudgetError, Budgets, parse_budgets
 from .capacity import (
     CapacityQueue,
     FolderQueue,
@@ -31,7 +33,7 @@ from .config.startup import (
     trait_error_message,
     warn_of_a_server_token,
 )
-from .integrations.hub import StopWhenPaused, hub_server
+from .integrations.hub import HUB_ENV, HubClient, HubServer, StopWhenPaused, hub_server
 from .integrations.maintenance import StoreMaintenance
 from .integrations.preemption import PreemptionPoller
 from .integrations.shutdown import EmergencyCheckpoint, SigintStop
@@ -73,6 +75,9 @@ class GpuPauseApp(ExtensionApp, GpuPauseSettings):
     emergency = None  # EmergencyCheckpoint, once the records are loaded
     preemption = None  # PreemptionPoller, when preemption_notice_url is set
     _store = _policies = _retention = _queue_where = None  # what the configuration check found
+    _budget_rules = None
+    _hub_groups = None  # the task asking JupyterHub for the user's groups
+    budget_service = None  # budgets.Budgets, when budgets are configured
     _hub = None  # hub.HubServer, when stop_server_when_paused is set
 
     # -- configuration, checked before Jupyter serves anything ------------------------------
@@ -111,6 +116,10 @@ class GpuPauseApp(ExtensionApp, GpuPauseSettings):
             self._policies = parse_policies(self.policies)
         except PolicyError as e:
             raise ConfigError(f"GpuPauseApp.policies: {e}") from None
+        try:
+            self._budget_rules = parse_budgets(self.budgets)
+        except BudgetError as e:
+            raise ConfigError(f"GpuPauseApp.budgets: {e}") from None
         self._store, self._retention = check_storage(self)
         refuse_newer_records(self.db_path)  # migrated by a newer version: NewerSchema
         self._queue_where = check_queue_url(self.capacity_queue_url)
@@ -161,6 +170,7 @@ class GpuPauseApp(ExtensionApp, GpuPauseSettings):
         )
         self.lifecycle = self._build_lifecycle(bridge, tracker, probe, user)
         self.maintenance = self.lifecycle.maintenance  # retention after pauses, GC intents
+        self.budget_service = self._build_budgets(probe, user)
         self.monitor = Monitor(
             lifecycle=self.lifecycle,
             tracker=tracker,
@@ -172,13 +182,18 @@ class GpuPauseApp(ExtensionApp, GpuPauseSettings):
             user=user,
             log=self.log,
             event_logger=server.event_logger,
+            budgets=self.budget_service,
+            budget_warning_seconds=self.budget_pause_warning_seconds,
         )
         # under JupyterHub, with stop_server_when_paused: stop this server once all is paused
         self.hub_stop = StopWhenPaused(self.lifecycle, self._hub, self.log) if self._hub else None
         # Listeners of every lifecycle event (table.listeners): metrics on /metrics, the event
         # bus, the Hub (the webhooks record theirs with each event: the lifecycle's outbox).
         table = self.lifecycle.table
-        attach_metrics(table, self.monitor.ledger, self.lifecycle.capacity)
+        attach_metrics(
+            table, self.monitor.ledger, self.lifecycle.capacity, self.budget_service,
+            self.budget_metric_users,
+        )  # fmt: skip
         table.listeners.append(EventBus(server.event_logger, self.log))
         if self.hub_stop is not None:
             table.listeners.append(self.hub_stop)
@@ -187,7 +202,26 @@ class GpuPauseApp(ExtensionApp, GpuPauseSettings):
             gpu_pause_monitor=self.monitor,
             gpu_pause_maintenance=self.maintenance,
             gpu_pause_idempotency=IdempotencyKeys(self.records),
+            gpu_pause_budgets=self.budget_service,
         )
+
+    def _build_budgets(self, probe, user: str) -> Budgets | None:
+        """GPU-hour budgets, metered by this server's heartbeat in the capacity queue; a GPU
+        resume over budget is refused before it starts."""
+        if not self._budget_rules:
+            return None
+        budgets = Budgets(
+            rules=self._budget_rules,
+            exempt=list(self.budget_exempt),
+            admins=list(self.budget_admins),
+            weights=dict(self.gpu_weights),
+            user=user,
+            queue=self.lifecycle.capacity.queue,
+            gpu_names=lambda: {d.get("uuid"): d.get("name") for d in probe.devices()},
+            log=self.log,
+        )
+        self.lifecycle.capacity.meter = budgets.meter
+        return budgets
 
     def _build_queue(self, label: str) -> CapacityQueue:
         """The queue ``capacity_queue_url`` names: a folder's, or PostgreSQL's."""
@@ -268,6 +302,8 @@ class GpuPauseApp(ExtensionApp, GpuPauseSettings):
             )
             return
         self.webhooks.start()  # first what the outbox kept (a previous run's events), then new
+        if self.budget_service is not None and all(os.environ.get(k) for k in HUB_ENV):
+            self._hub_groups = asyncio.ensure_future(self._learn_hub_groups())
         self.monitor.start()
         self.maintenance.start()
         if self.hub_stop is not None:
@@ -284,11 +320,32 @@ class GpuPauseApp(ExtensionApp, GpuPauseSettings):
             )
             self.preemption.start()
 
+    async def _learn_hub_groups(self) -> None:
+        """Budgets may match JupyterHub groups: ask the Hub for the user's (the server's token
+        needs ``read:users:groups!user``; without it, only Unix groups count)."""
+        client = HubClient(HubServer.from_env())
+        try:
+            groups = await client.user_groups()
+        except (OSError, ValueError) as e:
+            self.log.warning("jupyter_gpu_pause: could not ask JupyterHub for groups: %s", e)
+            return
+        finally:
+            client.close()
+        if groups is None:
+            self.log.warning(
+                "jupyter_gpu_pause: JupyterHub did not say the user's groups; budgets match "
+                "Unix groups only (add 'read:users:groups!user' to c.Spawner.server_token_scopes)"
+            )
+            return
+        self.budget_service.add_groups(groups)
+
     async def stop_extension(self):
         """Stop what was built, tolerating what never was: stopping must always finish, or
         jupyter_server never gets to shut the kernels down and exit."""
         # jupyter_server shuts the kernels down only after this returns (ServerApp._cleanup:
         # cleanup_extensions, then cleanup_kernels): every kernel still holds its state here.
+        if self._hub_groups is not None:
+            self._hub_groups.cancel()
         if self.hub_stop is not None:  # first: the shutdown's own pauses must not stop it
             await self.hub_stop.stop()
         if self.preemption is not None:

@@ -283,6 +283,56 @@ class GpuPauseSettings(HasTraits):
         10.0, help="Seconds between two idle-monitor passes. Default: 10. Must be > 0."
     ).tag(config=True)
 
+    budgets = List(
+        Dict(),
+        default_value=[],
+        help="GPU-hour budgets (docs/budgets.md), summed over every server sharing the "
+        "capacity queue; the most specific entry matching the server's user wins (their "
+        "name, a user glob, a group, the default). Each: {'name', 'match': {'user': glob} | "
+        "{'group': Unix or JupyterHub group} | {} (default), 'gpu_hours': > 0 per period, "
+        "'period': 'month'|'week'|'day'|'rolling_7d'|'rolling_30d' (default 'month'), "
+        "'warn_at': 0.8, 'hold_at': 1.0, 'grace': 0.1}. Past warn_at: a warning; past "
+        "hold_at: GPU resumes refused until the period renews (CPU resumes allowed); past "
+        "hold_at + grace: running GPU sessions paused at their next idle moment. Default: [] "
+        "(no budget).",
+    ).tag(config=True)
+
+    budget_exempt = List(
+        Unicode(),
+        default_value=[],
+        help="Users no budget applies to: names or globs, and '@group' for a group's members. "
+        "Default: [].",
+    ).tag(config=True)
+
+    budget_admins = List(
+        Unicode(),
+        default_value=[],
+        help="Users (names or globs) whose server sees every user's budget (GET budget) and "
+        "may grant hours or reset a budget (jupyter gpu-pause budget grant|reset). Default: "
+        "[] (nobody).",
+    ).tag(config=True)
+
+    gpu_weights = Dict(
+        value_trait=Float(),
+        default_value={},
+        help="GPU-hours one hour of a GPU model counts in budgets, by the model's name as NVML "
+        "reports it: {'NVIDIA H200': 1.0, 'NVIDIA A100-SXM4-80GB MIG 1g.10gb': 0.14}. "
+        "Unlisted models, and GPUs whose model is unknown, count 1.0. Default: {}.",
+    ).tag(config=True)
+
+    budget_pause_warning_seconds = Float(
+        300.0,
+        help="How long before pausing a running GPU session over its budget's hold_at + "
+        "grace the 'warned' event comes; the pause then waits for the kernel's next idle "
+        "moment (no cell running). Default: 300. Must be > 0.",
+    ).tag(config=True)
+
+    budget_metric_users = Bool(
+        False,
+        help="Label gpu_pause_budget_used_ratio with the user's name too (off: only the "
+        "budget's name, so /metrics names no user). Default: False.",
+    ).tag(config=True)
+
     gpu_probe_class = Type(
         default_value=f"{_CAPACITY}.probes.NvmlProbe",
         klass=f"{_CAPACITY}.probes.GpuProbe",
@@ -421,7 +471,17 @@ class GpuPauseSettings(HasTraits):
     ).tag(config=True)
 
     # -- the checks a value alone allows (the rest: see the module docstring) ------------------
+    @validate("gpu_weights")
+    def _weights(self, proposal):
+        for name, weight in proposal["value"].items():
+            if not weight >= 0:
+                raise TraitError(
+                    f"{type(self).__name__}.gpu_weights[{name!r}] = {weight!r}: must be >= 0"
+                )
+        return proposal["value"]
+
     @validate(
+        "budget_pause_warning_seconds",
         "poll_interval",
         "kernel_answer_timeout",
         "store_timeout",

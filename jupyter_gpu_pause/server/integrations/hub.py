@@ -139,6 +139,15 @@ class HubClient:
             raise OSError(f"HTTP {code}: {_hub_message(body)}")
         return list(json.loads(body).get("scopes") or [])
 
+    async def user_groups(self) -> list[str] | None:
+        """The user's JupyterHub groups; None when the token may not read them (the Hub
+        leaves ``groups`` out without ``read:users:groups``)."""
+        code, body = await self._call("GET", f"{self.hub.api_url}/user")
+        if code != 200:
+            raise OSError(f"HTTP {code}: {_hub_message(body)}")
+        groups = json.loads(body).get("groups")
+        return None if groups is None else [str(g) for g in groups]
+
     async def stop_server(self) -> None:
         """Ask the Hub to stop this server; 202 (stopping) and 204 (stopped) are success."""
         code, body = await self._call("DELETE", self.hub.server_url)

@@ -49,6 +49,7 @@ class Watch:
     last_tick: datetime | None = None  # running-kernel clock (held, idle)
     paused_tick: datetime | None = None  # paused clock (reclaimed)
     last_saved: datetime | None = None
+    budget_pause_at: datetime | None = None  # over its budget's grace: warned, pauses then
 
 
 class Monitor:
@@ -65,6 +66,8 @@ class Monitor:
         user: str,
         log,
         event_logger=None,
+        budgets=None,
+        budget_warning_seconds: float = 300.0,
     ):
         self.lc = lifecycle
         self.event_logger = event_logger  # jupyter_server's: kernel starts (kernel_actions)
@@ -80,6 +83,9 @@ class Monitor:
         self.tracker = tracker
         tracker.on_activity = self._on_activity
         self.ledger = Ledger(lifecycle.records)
+        self.budgets = budgets  # budgets.Budgets, None without budgets
+        self.budget_warning = timedelta(seconds=budget_warning_seconds)
+        self.budget = None  # this user's budget figures as of the last pass
         self.watches: dict[str, Watch] = {}
         self._task: asyncio.Task | None = None
         self._outcomes: set[asyncio.Task] = set()
@@ -229,6 +235,7 @@ class Monitor:
         for s in running:  # kernels NVML cannot see here (a gateway's): their agent's report
             if s.id not in usage and (report := self.bridge.gpu_usage(s.kernel_id)):
                 usage[s.id] = report
+        self.budget = await self._look_at_budget()
         for s in running:
             try:
                 await self._evaluate(s, usage.get(s.id), now)
@@ -262,6 +269,8 @@ class Monitor:
         last = self.tracker.last.get(s.kernel_id, now)
         s.last_activity = last
         await self._account(s, w, busy or gpu_busy, now)
+        if await self._over_budget(s, w, busy, now):
+            return
         if s.policy is None or s.id in self.lc.busy_sessions():
             s.pause_at = None
             return
@@ -303,6 +312,68 @@ class Monitor:
             except Exception as e:  # Jupyter could not shut the kernel down
                 why = e.message if isinstance(e, GpuPauseError) else f"{type(e).__name__}: {e}"
                 await self._refused(s, w, policy, why, "cull")
+
+    # -- GPU-hour budgets ----------------------------------------------------------------------
+    async def _look_at_budget(self):
+        """This user's budget figures, and the warnings due (``Budgets.look``); None without
+        budgets, or when the queue cannot say (nothing is enforced on figures not known)."""
+        if self.budgets is None:
+            return None
+
+        def pick():
+            gpu = [s for s in self.lc.table.sessions.values() if self.lc.gpu_session(s)]
+            pool = [s for s in gpu if s.state in RUNNING] or gpu
+            return max(pool, key=lambda s: s.updated) if pool else None
+
+        try:
+            return await self.budgets.look(self.lc.table, pick)
+        except Exception as e:  # the queue's database down: the next pass looks again
+            self.log.warning("jupyter_gpu_pause: could not read the GPU budget: %s", e)
+            return None
+
+    async def _over_budget(self, s, w: Watch, busy: bool, now: datetime) -> bool:
+        """A running GPU session of a user past the budget's hold_at + grace: warned first,
+        paused ``budget_pause_warning_seconds`` later at its next idle moment (never in the
+        middle of a cell). True while the budget, not an idle policy, decides for it."""
+        f = self.budget
+        if f is None or not f.over_grace or not self.lc.gpu_session(s):
+            w.budget_pause_at = None
+            return False
+        reason = f"budget:{f.rule.name}"
+        if w.budget_pause_at is None:
+            w.budget_pause_at = now + self.budget_warning
+            s.pause_at = w.budget_pause_at
+            await self.lc.table.record_event(
+                s,
+                EventType.WARNED,
+                reason,
+                action="pause",
+                pause_at=iso(w.budget_pause_at),
+                message=f"{s.path} pauses at its next idle moment after "
+                f"{iso(w.budget_pause_at)}: GPU budget '{f.rule.name}' is past its grace "
+                f"({f.text()})",
+            )
+            return True
+        s.pause_at = w.budget_pause_at
+        if now < w.budget_pause_at or busy or s.id in self.lc.busy_sessions():
+            return True
+        w.budget_pause_at = now + self.budget_warning  # a failed pause: again after as long
+        try:
+            await self.lc.pause(s.id, reason=reason)
+        except GpuPauseError as e:  # refused at once: said on the session and in an event
+            await self.lc.table.fail(
+                s,
+                EventType.PAUSE_FAILED,
+                reason,
+                state=None,
+                reason=e.reason,
+                text=e.message,
+                intact=True,
+                message=f"Pause for the GPU budget failed: {e.message}. The kernel is still "
+                "running with all its variables.",
+                retry_at=iso(w.budget_pause_at),
+            )
+        return True
 
     def _back_off(self, s, w: Watch, policy: Policy) -> None:
         """The next attempt of a failing auto-pause waits longer each time: no retry storm.

@@ -39,6 +39,9 @@ class EventType(StrEnum):
     REBUILT = "rebuilt"  # re-run cells made names the resume did not bring back
     REBUILD_FAILED = "rebuild_failed"  # a rebuild stopped (a cell raised) or asks to confirm
     SUSPENDED = "suspended"  # the GPU was released; the kernel lives on, its checkpoint written
+    BUDGET_WARNED = "budget_warned"  # the user's GPU-hour budget passed warn_at this period
+    BUDGET_HELD = "budget_held"  # it passed hold_at: GPU resumes are refused until it renews
+    BUDGET_GRANTED = "budget_granted"  # an admin's grant lifted the hold
 
     @classmethod
     def failed(cls, operation: str) -> EventType:

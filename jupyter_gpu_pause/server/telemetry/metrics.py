@@ -192,6 +192,46 @@ def _states_collector() -> SessionStates:
 SESSION_STATES = _states_collector()
 
 
+class BudgetRatios:
+    """``jupyter_gpu_pause_budget_used_ratio{scope}``: the server's user's GPU-hours used over
+    their budget's limit this period (the figures of the monitor's last pass), labelled with
+    the budget's name, and with the user's only when ``budget_metric_users`` is on."""
+
+    NAME = PREFIX + "budget_used_ratio"
+    DOC = (
+        "GPU-hours used over the budget's limit this period (1.0: at the limit), by budget "
+        "(scope); the user too when GpuPauseApp.budget_metric_users is on."
+    )
+
+    def __init__(self):
+        self.figures: Callable[[], object] = lambda: None
+        self.with_user = False
+
+    def describe(self):
+        return [GaugeMetricFamily(self.NAME, self.DOC, labels=["scope"])]
+
+    def collect(self):
+        f = self.figures()
+        labels = ["scope", "user"] if self.with_user else ["scope"]
+        family = GaugeMetricFamily(self.NAME, self.DOC, labels=labels)
+        if f is not None:
+            values = [f.rule.name, f.user] if self.with_user else [f.rule.name]
+            family.add_metric(values, f.ratio)
+        yield family
+
+
+def _budget_collector() -> BudgetRatios:
+    collector = BudgetRatios()
+    try:
+        REGISTRY.register(collector)
+    except ValueError:  # this module imported again: keep the registered one
+        collector = REGISTRY._names_to_collectors[BudgetRatios.NAME]
+    return collector
+
+
+BUDGET_RATIOS = _budget_collector()
+
+
 # -- what no event reports -----------------------------------------------------------------------
 def webhook_delivery(result: str) -> None:
     """Count one webhook delivery: ``ok``, ``failed`` (retries exhausted), ``gone`` (410) or
@@ -282,9 +322,12 @@ def _bytes(detail: dict) -> None:
         DEDUPLICATED_BYTES.inc(max(total - new, 0))
 
 
-def attach(table, ledger, capacity) -> MetricsListener:
-    """Feed the metrics from one server's session table, accounting ledger and capacity
-    service (read when scraped: the capacity room knows nothing of metrics)."""
+def attach(table, ledger, capacity, budgets=None, budget_users: bool = False) -> MetricsListener:
+    """Feed the metrics from one server's session table, accounting ledger, capacity service
+    and budgets (read when scraped: the capacity room knows nothing of metrics)."""
+    budget_ref = weakref.ref(budgets) if budgets is not None else (lambda: None)
+    BUDGET_RATIOS.figures = lambda: getattr(budget_ref(), "current", None)
+    BUDGET_RATIOS.with_user = budget_users
     SESSION_STATES.table = weakref.ref(table)
     ref = weakref.ref(capacity)
     CAPACITY_QUEUE_UP.set_function(lambda: 0 if (c := ref()) and c.unavailable else 1)

@@ -134,9 +134,13 @@ class BaseHandler(ExtensionHandlerMixin, APIHandler):
                     f"unknown field {key!r}; expected one of: {', '.join(allowed) or 'none'}",
                     "unknown-field",
                 )
-            if value is not None and not isinstance(value, allowed[key]):
+            kinds = allowed[key] if isinstance(allowed[key], tuple) else (allowed[key],)
+            if value is not None and (
+                not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds)
+            ):
+                kind = "number" if float in kinds else " or ".join(k.__name__ for k in kinds)
                 raise BadRequest(
-                    f"field {key!r} must be a {allowed[key].__name__}, not {json.dumps(value)}",
+                    f"field {key!r} must be a {kind}, not {json.dumps(value)}",
                     "bad-field",
                 )
         return data
@@ -188,10 +192,15 @@ class ResumeHandler(BaseHandler):
     @idempotent
     async def post(self, session_id):
         b = self.body({"checkpoint_id": str, "device": str, "into_kernel": str})
+        device = b.get("device")
+        budgets = self.settings.get("gpu_pause_budgets")
+        if budgets is not None:  # over a GPU-hour budget: 409 budget-exceeded, "any" → CPU
+            s = self.lifecycle.table.get(session_id)
+            device = await budgets.admit(s, device, self.lifecycle.gpu_session)
         s = await self.lifecycle.resume(
             session_id,
             checkpoint_id=b.get("checkpoint_id"),
-            device=b.get("device"),
+            device=device,
             into_kernel=b.get("into_kernel"),
         )
         self.send(self.lifecycle.view(s), 202)
@@ -372,6 +381,8 @@ class UnknownHandler(BaseHandler):
 
 
 def handlers() -> list[tuple[str, type]]:
+    from .budget import budget_handlers  # it builds on BaseHandler, defined here
+
     base = r"/gpu-pause/api"
     return [
         (rf"{base}/sessions", SessionsHandler),
@@ -388,6 +399,7 @@ def handlers() -> list[tuple[str, type]]:
         (rf"{base}/events", EventsHandler),
         (rf"{base}/report", ReportHandler),
         (rf"{base}/store/gc", StoreGcHandler),
+        *budget_handlers(base),
         (rf"{base}/kernel/session", KernelSessionHandler),
         (rf"{base}/kernel/pause", KernelPauseHandler),
         (rf"{base}/kernel/rebuilt", KernelRebuiltHandler),
