@@ -33,6 +33,10 @@ SUBCOMMANDS = {
     "events": ("observe.EventsCommand", "Lifecycle events [--since] [--session] [--follow]."),
     "report": ("observe.ReportCommand", "GPU-hours held, idle and reclaimed [--since 30d]."),
     "capacity": ("observe.CapacityCommand", "GPUs, who holds them, and the resume queue."),
+    "budget": (
+        "budget.BudgetCommand",
+        "GPU-hour budgets: show | grant USER HOURS | reset USER (admins).",
+    ),
     "verify": ("maintenance.VerifyCommand", "Check every checkpoint of a store [STORE]."),
     "gc": ("maintenance.GcCommand", "Free the blobs no checkpoint references [--dry-run]."),
 }

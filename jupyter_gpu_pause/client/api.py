@@ -282,3 +282,28 @@ class GpuPauseClient:
         return self.request(
             "POST", "store/gc", {"dry_run": dry_run}, idempotency_key=idempotency_key
         )
+
+    # -- GPU-hour budgets (docs/budgets.md) ----------------------------------------------------
+    def budget(self) -> dict[str, Any]:
+        """``{"admin", "configured", "budgets": [...]}``: the user's own budget, or every
+        user's when the server's user is a budget admin."""
+        return self.request("GET", "budget")
+
+    def grant_budget(
+        self, user: str, hours: float, *, idempotency_key: str | None = None
+    ) -> dict[str, Any]:
+        """Budget admins: ``hours`` more GPU-hours for ``user`` this period (a hold lifts at
+        once); the user's budget after it."""
+        return self.request(
+            "POST",
+            "budget/grant",
+            {"user": user, "hours": hours},
+            idempotency_key=idempotency_key,
+        )["budget"]
+
+    def reset_budget(self, user: str, *, idempotency_key: str | None = None) -> dict[str, Any]:
+        """Budget admins: ``user``'s period starts over now (usage and grants so far no longer
+        count); the user's budget after it."""
+        return self.request(
+            "POST", "budget/reset", {"user": user}, idempotency_key=idempotency_key
+        )["budget"]

@@ -1,0 +1,76 @@
+"""``jupyter gpu-pause budget show|grant USER HOURS|reset USER``: GPU-hour budgets."""
+
+from __future__ import annotations
+
+from .base import Command
+from .errors import USAGE, CliError
+from .output import Output
+
+ACTIONS = ("show", "grant", "reset")
+
+
+def _hours(text: str) -> float:
+    try:
+        hours = float(text)
+    except ValueError:
+        hours = float("nan")
+    if not hours > 0:
+        raise CliError(f"HOURS must be a positive number of GPU-hours, not {text!r}", USAGE)
+    return hours
+
+
+class BudgetCommand(Command):
+    name = "jupyter-gpu-pause-budget"
+    args = "show | grant USER HOURS | reset USER"
+    description = (
+        "GPU-hour budgets: `show` your own (a budget admin: everyone's); `grant USER HOURS` "
+        "more hours this period (a hold lifts at once); `reset USER` starts the user's period "
+        "over. grant and reset are for the users in c.GpuPauseApp.budget_admins."
+    )
+
+    def run(self, out: Output):
+        action, *rest = self.positional(1, 3)
+        if action not in ACTIONS:
+            raise CliError(f"unknown budget action {action!r}; one of: {', '.join(ACTIONS)}", USAGE)
+        given = [a for a in rest if a is not None]
+        wanted = {"show": 0, "grant": 2, "reset": 1}[action]
+        if len(given) != wanted:
+            raise CliError(f"usage: jupyter gpu-pause budget {self.args}", USAGE)
+        client = self.client(out)
+        if action == "show":
+            doc = client.budget()
+            if out.json:
+                return out.document(doc)
+            return self._show(out, doc)
+        if action == "grant":
+            row = client.grant_budget(given[0], _hours(given[1]))
+        else:
+            row = client.reset_budget(given[0])
+        if out.json:
+            return out.document({"budget": row})
+        self._show(out, {"budgets": [row]})
+        return None
+
+    @staticmethod
+    def _show(out: Output, doc: dict) -> None:
+        rows = doc.get("budgets") or []
+        if not rows:
+            out.note(
+                "no GPU-hour budget applies"
+                if doc.get("configured", True)
+                else "no GPU-hour budget is configured on this server"
+            )
+            return
+        out.table(
+            ["USER", "BUDGET", "USED", "STATE", "RENEWS"],
+            [
+                [
+                    r["user"],
+                    r["name"],
+                    r["text"],
+                    r["state"],
+                    r["retry_at"] or r["period_end"],
+                ]
+                for r in rows
+            ],
+        )
