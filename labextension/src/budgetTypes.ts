@@ -68,6 +68,10 @@ export interface IBudget {
 export interface IBudgets {
   /** Whether the user is an admin: then every user's budget is listed. */
   admin: boolean;
+  /** Whose server answered: the user whose own budget the panel shows. */
+  user?: string;
+  /** Whether any budget is configured on the server. */
+  configured?: boolean;
   /**
    * The budgets: for a user, their own or none (no budget applies, or they
    * are exempt); for an admin, every user's.

@@ -366,6 +366,25 @@ describe('the budget line in the panel', () => {
     expect(text).not.toMatch(/held/);
   });
 
+  it("takes the server's user from the answer before the Lab identity", async () => {
+    // Given an admin's answer naming whose server answered (a token login
+    // gives the Lab an anonymous identity)
+    answer = async () => ({
+      admin: true,
+      user: 'root',
+      budgets: [
+        makeHeld({ name: 'bob', user: 'bob' }),
+        makeBudget({ name: 'root', user: 'root', used_hours: 3 })
+      ]
+    });
+    const node = open('anonymous-1f3a');
+    await run();
+    // Then the line is the server user's
+    expect(visibleLines(node).join('\n')).toContain(
+      '3 of 40 GPU-hours this month'
+    );
+  });
+
   it('asks again at once when a budget event arrives, not at each poll of the sessions', async () => {
     // Given the panel showing an ok budget (the first poll: history)
     const node = open();

@@ -129,14 +129,15 @@ export class BudgetLine {
 
   /**
    * The user's own budget: a user's answer lists theirs only; an admin's
-   * lists everyone's, so theirs is found by name.
+   * lists everyone's, so theirs is found by name (the server's user, which
+   * the answer names; else the Lab's identity).
    */
   private _own(answer: IBudgets): IBudget | null {
     const budgets = answer.budgets ?? [];
     if (!answer.admin) {
       return budgets[0] ?? null;
     }
-    const user = this._user();
+    const user = answer.user ?? this._user();
     return (user && budgets.find(b => b.user === user)) || null;
   }
 
