@@ -16,6 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from jupyter_gpu_pause.server.config.settings import server_user
+from tests.receivers import Receiver
 from tests.scrape import scrape
 from tests.waiting import wait_for
 
@@ -49,13 +50,24 @@ async def test_without_budgets_get_says_so_and_a_grant_is_not_found(lab):
     assert "c.GpuPauseApp.budgets" in body["message"]
 
 
+@pytest.fixture
+def hook(gp_config):
+    """A webhook receiver, configured before the server starts."""
+    receiver = Receiver()
+    gp_config["webhook_urls"] = [receiver.url]
+    yield receiver
+    receiver.close()
+
+
 @pytest.mark.gp_config(
     budgets=[{"name": "solo", "gpu_hours": 0.001, "warn_at": 0.5, "grace": 100}],
     budget_admins=[ME],
-    budget_exempt=["exempt-*"],
+    budget_exempt=["nob*"],
     **GPU,
 )
-async def test_over_budget_a_gpu_resume_is_refused_the_cpu_and_any_go_and_an_admin_lifts_it(lab):
+async def test_over_budget_a_gpu_resume_is_refused_the_cpu_and_any_go_and_an_admin_lifts_it(
+    hook, lab
+):
     # Given a GPU session of a user whose budget is 0.001 GPU-hours (3.6 s)
     s = await lab.open_notebook()
     await lab.run(s["kernel_id"], "v = 7")
@@ -67,6 +79,14 @@ async def test_over_budget_a_gpu_resume_is_refused_the_cpu_and_any_go_and_an_adm
     assert held["detail"]["retry_at"] == held["detail"]["period_end"], held
     row = await my_row(lab)
     assert row["state"] == "held" and row["ratio"] >= 1 and row["retry_at"], row
+
+    # and each went out as a webhook too
+    async def delivered():
+        types = [json.loads(p["body"])["type"] for p in hook.posts]
+        return {"budget_warned", "budget_held"} <= set(types) and types
+
+    types = await wait_for(delivered, what="the budget webhooks")
+    assert types.count("budget_warned") == 1, types
     assert (row["name"], row["scope"], row["period"]) == ("solo", "default", "month")
 
     # Then /metrics shows the ratio by budget, with no user name
@@ -100,7 +120,12 @@ async def test_over_budget_a_gpu_resume_is_refused_the_cpu_and_any_go_and_an_adm
         code, body = await lab.api("POST", "budget/grant", bad)
         assert (code, body["reason"]) == (400, reason), (bad, body)
     code, body = await lab.api("POST", "budget/grant", {"user": "exempt-joe", "hours": 1})
-    assert code == 404 and body["reason"] == "no-budget", body
+    assert code == 404 and body["reason"] == "unknown-user", body
+    assert f"known: {ME}" in body["message"], body
+    code, body = await lab.api("POST", "budget/grant", {"user": "daemon", "hours": 1})
+    assert code == 200, body  # a user of this machine whose server never ran: granted ahead
+    code, body = await lab.api("POST", "budget/grant", {"user": "nobody", "hours": 1})
+    assert code == 404 and body["reason"] == "no-budget", body  # exempt: no budget applies
     assert (await my_row(lab))["granted_hours"] == 0
 
     # A grant sent twice with one Idempotency-Key (a retry) counts once, and lifts the hold

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..store.format import parse_iso
 from .base import Command
 from .errors import USAGE, CliError
 from .output import Output
@@ -17,6 +18,16 @@ def _hours(text: str) -> float:
     if not hours > 0:
         raise CliError(f"HOURS must be a positive number of GPU-hours, not {text!r}", USAGE)
     return hours
+
+
+def _when(row: dict) -> str:
+    """When GPU resumes come back (a held budget) or the period renews (a calendar one)."""
+    text = row.get("retry_at") or (
+        None if row["period"].startswith("rolling") else row["period_end"]
+    )
+    if not text:
+        return "rolling"
+    return parse_iso(text).strftime("%Y-%m-%d %H:%M UTC")
 
 
 class BudgetCommand(Command):
@@ -69,7 +80,7 @@ class BudgetCommand(Command):
                     r["name"],
                     r["text"],
                     r["state"],
-                    r["retry_at"] or r["period_end"],
+                    _when(r),
                 ]
                 for r in rows
             ],

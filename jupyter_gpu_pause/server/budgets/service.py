@@ -97,6 +97,7 @@ class Figures:
         """What a budget event carries."""
         return {
             "budget": self.rule.name,
+            "period": self.rule.period,
             "used_hours": round(self.used_hours, 6),
             "limit_hours": round(self.limit_hours, 6),
             "period_end": iso(self.period_end),
@@ -144,6 +145,19 @@ def renewal(f: Figures, facts: Facts) -> datetime:
         else:
             lo = mid
     return datetime.fromtimestamp(hi + window, timezone.utc)
+
+
+def when_text(t: datetime | None) -> str:
+    """A time in a sentence: '2027-01-01 00:00 UTC'."""
+    return t.strftime("%Y-%m-%d %H:%M UTC") if t else "the budget renews"
+
+
+def unix_user(user: str) -> bool:
+    try:
+        pwd.getpwnam(user)
+    except KeyError:
+        return False
+    return True
 
 
 def unix_groups(user: str) -> list[str]:
@@ -261,7 +275,7 @@ class Budgets:
         when = iso(f.retry_at) if f.retry_at else None
         raise BudgetExceeded(
             f"GPU budget '{f.rule.name}' used up: {f.text()}. A GPU resume is held until "
-            f"{when}; resume on the CPU now, or ask an admin for a grant",
+            f"{when_text(f.retry_at)}; resume on the CPU now, or ask an admin for a grant",
             when,
             f.rule.name,
         )
@@ -278,6 +292,13 @@ class Budgets:
             raise BadRequest('name the user: {"user": "alice", …}', "bad-user")
         users = await self.ledger.users()
         users[self.user] = self.groups
+        if user not in users and not unix_user(user):  # a typo must not grant hours to nobody
+            known = ", ".join(sorted(users)[:10])
+            raise NotFound(
+                f"no server of {user!r} has used this capacity queue and this machine has no "
+                f"such user; check the name (known: {known})",
+                "unknown-user",
+            )
         groups = users.get(user, frozenset(unix_groups(user)))
         if self.rule_for(user, groups) is None:
             raise NotFound(
@@ -348,8 +369,7 @@ class Budgets:
             )
         if event == EventType.BUDGET_HELD:
             return (
-                f"GPU budget '{f.rule.name}' used up: {f.text()}. New GPU resumes are held until "
-                f"{iso(f.retry_at)} (CPU resumes still work); running GPU sessions are paused "
-                f"at their next idle moment past {f.rule.hold_at + f.rule.grace:.0%}"
+                f"GPU budget '{f.rule.name}' used up: {f.text()}. GPU resumes are held until "
+                f"{when_text(f.retry_at)}; CPU resumes still work"
             )
         return f"GPU budget '{f.rule.name}': an admin granted more; {f.text()}"
