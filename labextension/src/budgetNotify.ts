@@ -130,11 +130,13 @@ export function notifyBudgetRefusal(
     return false;
   }
   const retryAt = error.detail.retry_at;
+  const budget = error.detail.budget;
   const text = budgetRefusedText(
     error.message,
     typeof retryAt === 'string' ? retryAt : null,
     trans,
-    Date.now()
+    Date.now(),
+    typeof budget === 'string' ? budget : undefined
   );
   const sessionId = session?.id;
   const offerCpu =

@@ -11,12 +11,16 @@ import { IBudget, IBudgetDetail, IEvent } from './tokens';
 
 /**
  * GPU-hours with one decimal at most, the decimal dropped when it is zero
- * or the number is large: "12.4", "40", "0.5", "128".
+ * or the number is large: "12.4", "40", "0.5", "128"; below one hour two
+ * significant digits, so a small budget never reads "0 of 0": "0.0031".
  */
 export function hoursText(hours: number): string {
   const value = Number.isFinite(hours) ? Math.max(0, hours) : 0;
   if (value >= 100) {
     return String(Math.round(value));
+  }
+  if (value > 0 && value < 1) {
+    return String(Number(value.toPrecision(2)));
   }
   return String(Math.round(value * 10) / 10);
 }
@@ -51,6 +55,10 @@ export function usageText(
       return trans.__('%1 of %2 GPU-hours this month', u, l);
     case 'week':
       return trans.__('%1 of %2 GPU-hours this week', u, l);
+    case 'day':
+      return trans.__('%1 of %2 GPU-hours today', u, l);
+    case 'rolling_7d':
+      return trans.__('%1 of %2 GPU-hours in the last 7 days', u, l);
     case 'rolling_30d':
       return trans.__('%1 of %2 GPU-hours in the last 30 days', u, l);
     default:
@@ -164,7 +172,7 @@ export function budgetEventText(
   const usage = usageText(
     Number(detail.used_hours),
     Number(detail.limit_hours),
-    '',
+    String(detail.period ?? ''),
     trans
   );
   const name = detail.budget ?? '';
@@ -175,9 +183,10 @@ export function budgetEventText(
         trans.__('GPU-hour budget "%1" is nearly used: %2.', name, usage)
       );
     case 'budget_held':
+      // made here from the fields, not the server's sentence: the renewal on
+      // the user's clock, said once
       return [
-        message ||
-          trans.__('GPU-hour budget "%1" is used up: %2.', name, usage),
+        trans.__('GPU-hour budget "%1" is used up: %2.', name, usage),
         heldUntilText(renewalTime(detail as IBudgetDetail), trans, now)
       ].join(' ');
     default:
@@ -196,9 +205,13 @@ export function budgetRefusedText(
   message: string,
   retryAt: string | null | undefined,
   trans: Trans,
-  now: number
+  now: number,
+  budget?: string
 ): string {
-  return [sentence(message), heldUntilText(retryAt, trans, now)]
-    .filter(Boolean)
-    .join(' ');
+  // With the budget's name, the words are made here (the renewal on the
+  // user's clock, said once); else the server's sentence leads
+  const lead = budget
+    ? trans.__('GPU-hour budget "%1" is used up.', budget)
+    : sentence(message);
+  return [lead, heldUntilText(retryAt, trans, now)].filter(Boolean).join(' ');
 }

@@ -9,7 +9,8 @@
  * or the last 30 days (rolling: hours leave it 30 days after they were
  * used). Newer servers may send other names.
  */
-export type BudgetPeriod = 'month' | 'week' | 'rolling_30d';
+export type BudgetPeriod =
+  'month' | 'week' | 'day' | 'rolling_7d' | 'rolling_30d';
 
 /**
  * Where a budget stands:
@@ -92,6 +93,8 @@ export interface IBudgetDetail {
   limit_hours: number;
   /** When the budget renews (ISO 8601 UTC). */
   period_end: string;
+  /** The period counted over. */
+  period?: BudgetPeriod | string;
   /** When a held GPU resume is allowed again (ISO 8601 UTC). */
   retry_at?: string | null;
   /** A sentence for the user. */

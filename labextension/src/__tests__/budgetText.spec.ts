@@ -42,7 +42,9 @@ describe('the budget line', () => {
     [12.46, '12.5'],
     [40, '40'],
     [39.96, '40'],
-    [0.04, '0'],
+    [0.04, '0.04'],
+    [0.003062, '0.0031'],
+    [0, '0'],
     [0.5, '0.5'],
     [128.6, '129'],
     [-1, '0'],
@@ -137,18 +139,21 @@ describe('the budget toasts', () => {
     ).toBe('An admin granted 10 GPU-hours to "alice".');
   });
 
-  it('adds to a hold until when GPU resumes are held, on the user clock', () => {
+  it('words a hold itself, until when on the user clock, once', () => {
+    // the server's sentence says the time in UTC: the toast says it in local time, once
     expect(
       budgetEventText(
         event('budget_held', {
           ...detail,
-          message: 'GPU-hour budget "alice" used up: 40.2 of 40 h'
+          period: 'month',
+          message:
+            'GPU budget "alice" used up: 40.2 of 40 GPU-hours this month. GPU resumes are held until 2027-01-01 00:00 UTC; CPU resumes still work'
         }),
         trans,
         NOW
       )
     ).toBe(
-      'GPU-hour budget "alice" used up: 40.2 of 40 h. GPU resumes are held until 00:00 on 2027-01-01; resuming on the CPU still works.'
+      'GPU-hour budget "alice" is used up: 40.2 of 40 GPU-hours this month. GPU resumes are held until 00:00 on 2027-01-01; resuming on the CPU still works.'
     );
   });
 
@@ -182,6 +187,18 @@ describe('the budget toasts', () => {
     );
     expect(budgetRefusedText('over budget.', null, trans, NOW)).toBe(
       'Over budget. GPU resumes are held; resuming on the CPU still works.'
+    );
+    // with the budget's name (the 409 has it), the words are made here
+    expect(
+      budgetRefusedText(
+        'GPU budget "alice" used up: … held until 2027-01-01 00:00 UTC; …',
+        RENEWS,
+        trans,
+        NOW,
+        'alice'
+      )
+    ).toBe(
+      'GPU-hour budget "alice" is used up. GPU resumes are held until 00:00 on 2027-01-01; resuming on the CPU still works.'
     );
   });
 });
