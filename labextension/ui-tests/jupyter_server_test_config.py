@@ -94,3 +94,7 @@ c.GpuPauseApp.capacity_provider_class = "quota"
 c.QuotaCapacity.max_sessions = 1
 c.GpuPauseApp.gpu_kernelspecs = ["python3-gpu"]
 c.GpuPauseApp.capacity_queue_url = str(state / "queue")
+
+# A GPU-hour budget no test comes near (budget.spec.ts reads its line in the panel; only
+# `python3-gpu` sessions are metered, by the waiting test): never held, never warned.
+c.GpuPauseApp.budgets = [{"name": "ui", "gpu_hours": 1000}]
