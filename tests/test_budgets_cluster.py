@@ -128,6 +128,9 @@ def test_one_budget_over_two_servers_warns_once_holds_pauses_and_a_grant_lifts_i
             lambda: (s := n2.sessions()[b["id"]])["pause_at"] and s, "node 2's session warned"
         )
         assert s_b["state"] in ("active", "idle") and not running.done(), s_b
+        # and a keep-alive cannot postpone a budget's pause
+        code, body = n2.api("POST", f"gpu-pause/api/sessions/{b['id']}/keepalive", {"seconds": 60})
+        assert code == 409 and body["reason"] == "budget-exceeded", body
         flag.write_text("go")
         assert running.result(WAIT) == ""
     wait_paused_by_budget(n2, b["id"])

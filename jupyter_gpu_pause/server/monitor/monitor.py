@@ -518,6 +518,14 @@ class Monitor:
             )
         if s.state not in RUNNING:
             raise WrongState(f"cannot keep alive: the session is {s.state}")
+        w = self.watches.get(s.id)
+        if w is not None and w.budget_pause_at is not None and self.budget is not None:
+            raise WrongState(
+                f"the GPU budget '{self.budget.rule.name}', not an idle policy, pauses this "
+                "session: a keep-alive cannot postpone it. Save what you need, or ask an "
+                "admin for a grant",
+                "budget-exceeded",
+            )
         policy = next((p for p in self.policies if p.name == s.policy), None)
         if policy is None:
             raise WrongState(
