@@ -309,6 +309,11 @@ def test_bad_policy_is_refused_naming_policy_and_key(raw, message):
     assert message in str(e.value)
 
 
+def test_two_policies_of_one_name_are_refused():
+    with pytest.raises(PolicyError, match="policy 'p' is defined twice"):
+        parse_policies([{"name": "p"}, {"name": "q"}, {"name": "p"}])
+
+
 @pytest.mark.parametrize("policies", [[policy(idle=2, warn=1)]])
 async def test_ui_polling_is_not_activity(lab):
     # Given a notebook whose frontend keeps asking for kernel_info and comm_info

@@ -8,10 +8,10 @@
 import { Notification } from '@jupyterlab/apputils';
 import type { TranslationBundle } from '@jupyterlab/translation';
 import { CommandRegistry } from '@lumino/commands';
-import { IDisposable } from '@lumino/disposable';
 
 import { BUDGET_EXCEEDED, GpuPauseError } from './api';
 import { budgetEventText, budgetRefusedText } from './budgetText';
+import { ModelEventListener } from './eventListener';
 import { SessionsModel } from './model';
 import { CommandIDs, IEvent, ISession, SessionState } from './tokens';
 
@@ -48,35 +48,17 @@ export interface IBudgetNotifierOptions {
  * Turns `budget_*` events into notifications: one per budget, a newer one
  * (held after warned, granted after held) replacing the older.
  */
-export class BudgetNotifier implements IDisposable {
+export class BudgetNotifier extends ModelEventListener {
   constructor(options: IBudgetNotifierOptions) {
+    super(options.model);
     this._options = options;
-    options.model.eventsReceived.connect(this._onEvents, this);
-  }
-
-  /**
-   * Whether the notifier has been disposed.
-   */
-  get isDisposed(): boolean {
-    return this._isDisposed;
-  }
-
-  /**
-   * Stop listening; open notifications stay.
-   */
-  dispose(): void {
-    if (this._isDisposed) {
-      return;
-    }
-    this._isDisposed = true;
-    this._options.model.eventsReceived.disconnect(this._onEvents, this);
   }
 
   /**
    * One toast per budget and burst: the server may tell the same change
    * once for each of the user's sessions; the latest one is shown.
    */
-  private _onEvents(_: SessionsModel, events: IEvent[]): void {
+  protected onEvents(_: SessionsModel, events: IEvent[]): void {
     const latest = new Map<string, IEvent>();
     for (const event of events) {
       if (BUDGET_EVENTS.includes(event.type)) {
@@ -109,7 +91,6 @@ export class BudgetNotifier implements IDisposable {
     this._toasts.set(budget, id);
   }
 
-  private _isDisposed = false;
   private _options: IBudgetNotifierOptions;
   private _toasts = new Map<string, string>();
 }

@@ -11,11 +11,11 @@ import { INotebookTracker } from '@jupyterlab/notebook';
 import { Session } from '@jupyterlab/services';
 import type { TranslationBundle } from '@jupyterlab/translation';
 import { CommandRegistry } from '@lumino/commands';
-import { IDisposable } from '@lumino/disposable';
 
 import { isCapacityTimeout, offersCpuResume } from './actions';
 import { notebookPath } from './commands';
 import { bytesText, errorText, sentence } from './format';
+import { ModelEventListener } from './eventListener';
 import { SessionsModel } from './model';
 import {
   failureText,
@@ -70,35 +70,23 @@ export interface IEventNotifierOptions {
  * Turns lifecycle events into notifications and keeps open notebooks on the
  * kernel of their session.
  */
-export class EventNotifier implements IDisposable {
+export class EventNotifier extends ModelEventListener {
   constructor(options: IEventNotifierOptions) {
+    super(options.model);
     this._options = options;
-    options.model.eventsReceived.connect(this._onEvents, this);
     options.model.changed.connect(this._onSessions, this);
     options.commands.commandExecuted.connect(this._onCommand, this);
   }
 
   /**
-   * Whether the notifier has been disposed.
+   * Drop the connections of its own (the events' is the base class's).
    */
-  get isDisposed(): boolean {
-    return this._isDisposed;
-  }
-
-  /**
-   * Stop listening; open notifications stay.
-   */
-  dispose(): void {
-    if (this._isDisposed) {
-      return;
-    }
-    this._isDisposed = true;
-    this._options.model.eventsReceived.disconnect(this._onEvents, this);
+  protected disconnect(): void {
     this._options.model.changed.disconnect(this._onSessions, this);
     this._options.commands.commandExecuted.disconnect(this._onCommand, this);
   }
 
-  private _onEvents(_: SessionsModel, events: IEvent[]): void {
+  protected onEvents(_: SessionsModel, events: IEvent[]): void {
     for (const event of events) {
       this._notify(event);
     }
@@ -474,7 +462,6 @@ export class EventNotifier implements IDisposable {
     void this._options.sessions.refreshRunning().catch(() => undefined);
   }
 
-  private _isDisposed = false;
   private _leftByUser = new Set<string>();
   private _options: IEventNotifierOptions;
   private _outcomes = new Map<string, string>();

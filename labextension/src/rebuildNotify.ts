@@ -10,9 +10,9 @@
 import { Notification } from '@jupyterlab/apputils';
 import type { TranslationBundle } from '@jupyterlab/translation';
 import { CommandRegistry } from '@lumino/commands';
-import { IDisposable } from '@lumino/disposable';
 
 import { isRebuilding } from './actions';
+import { ModelEventListener } from './eventListener';
 import { SessionsModel } from './model';
 import { fileName } from './notifyText';
 import {
@@ -57,31 +57,13 @@ export interface IRebuildNotifierOptions {
  * Turns what a resume could not bring back, and each rebuild, into
  * notifications: one per session, a newer one replacing the older.
  */
-export class RebuildNotifier implements IDisposable {
+export class RebuildNotifier extends ModelEventListener {
   constructor(options: IRebuildNotifierOptions) {
+    super(options.model);
     this._options = options;
-    options.model.eventsReceived.connect(this._onEvents, this);
   }
 
-  /**
-   * Whether the notifier has been disposed.
-   */
-  get isDisposed(): boolean {
-    return this._isDisposed;
-  }
-
-  /**
-   * Stop listening; open notifications stay.
-   */
-  dispose(): void {
-    if (this._isDisposed) {
-      return;
-    }
-    this._isDisposed = true;
-    this._options.model.eventsReceived.disconnect(this._onEvents, this);
-  }
-
-  private _onEvents(_: SessionsModel, events: IEvent[]): void {
+  protected onEvents(_: SessionsModel, events: IEvent[]): void {
     events.forEach((event, index) => {
       const later = events.slice(index + 1);
       switch (event.type) {
@@ -246,7 +228,6 @@ export class RebuildNotifier implements IDisposable {
     }
   }
 
-  private _isDisposed = false;
   private _options: IRebuildNotifierOptions;
   private _toasts = new Map<string, string>();
 }

@@ -8,6 +8,7 @@ from __future__ import annotations
 import fnmatch
 from dataclasses import dataclass, field
 
+from ..config.checks import twice
 from .periods import PERIODS
 
 KEYS = {
@@ -124,11 +125,8 @@ def parse_budgets(raw_list) -> list[BudgetRule]:
     if not isinstance(raw_list, list):
         raise BudgetError("must be a list of dicts")
     rules = [parse_budget(raw, i) for i, raw in enumerate(raw_list)]
-    seen = set()
-    for r in rules:
-        if r.name in seen:
-            raise BudgetError(f"budget '{r.name}' is defined twice; names must be unique")
-        seen.add(r.name)
+    if (name := twice(r.name for r in rules)) is not None:
+        raise BudgetError(f"budget '{name}' is defined twice; names must be unique")
     return rules
 
 

@@ -193,3 +193,13 @@ def check_known_keys(section: dict, known: set[str], cls: str) -> None:
             f"{cls}.{key} is not a setting of jupyter_gpu_pause{hint} "
             f"(settings: {', '.join(sorted(known))})"
         )
+
+
+def twice(names) -> str | None:
+    """The first name given twice (policies and budgets each need unique names), or None."""
+    seen = set()
+    for name in names:
+        if name in seen:
+            return name
+        seen.add(name)
+    return None

@@ -10,6 +10,8 @@ from __future__ import annotations
 import fnmatch
 from dataclasses import dataclass, field
 
+from ..config.checks import twice
+
 ACTIONS = ("pause", "cull", "warn", "none")
 MATCH_KEYS = {"kernel_name": str, "uses_gpu": bool, "user": str}
 KEYS = {
@@ -117,11 +119,8 @@ def parse_policies(raw_list) -> list[Policy]:
     if not isinstance(raw_list, list):
         raise PolicyError("GpuPauseApp.policies must be a list of dicts")
     policies = [parse_policy(raw, i) for i, raw in enumerate(raw_list)]
-    seen = set()
-    for p in policies:
-        if p.name in seen:
-            raise PolicyError(f"policy '{p.name}' is defined twice; names must be unique")
-        seen.add(p.name)
+    if (name := twice(p.name for p in policies)) is not None:
+        raise PolicyError(f"policy '{name}' is defined twice; names must be unique")
     return policies
 
 
