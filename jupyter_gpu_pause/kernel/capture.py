@@ -59,7 +59,9 @@ class Plan:
 
     @property
     def total_bytes(self) -> int:
-        return sum(o["bytes"] for o in self.objects)
+        """Bytes the checkpoint writes: its objects' and the cell log's (a blob too, so the
+        writing's progress never counts past its total)."""
+        return sum(o["bytes"] for o in self.objects) + len(self.cells or b"")
 
 
 def _is_internal(name, value, hidden: dict) -> bool:
