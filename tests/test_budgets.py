@@ -113,6 +113,7 @@ async def test_over_budget_a_gpu_resume_is_refused_the_cpu_and_any_go_and_an_adm
     for bad, reason in [
         ({"user": ME, "hours": "two"}, "bad-field"),
         ({"user": ME, "hours": -1}, "bad-hours"),
+        (f'{{"user": "{ME}", "hours": Infinity}}', "bad-hours"),  # JSON Python reads
         ({"user": ME, "hours": True}, "bad-field"),
         ({"hours": 1}, "bad-user"),
         ({"user": ME, "hours": 1, "note": "x"}, "unknown-field"),

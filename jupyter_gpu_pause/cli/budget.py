@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from ..store.format import parse_iso
 from .base import Command
 from .errors import USAGE, CliError
@@ -15,7 +17,7 @@ def _hours(text: str) -> float:
         hours = float(text)
     except ValueError:
         hours = float("nan")
-    if not hours > 0:
+    if not 0 < hours < math.inf:
         raise CliError(f"HOURS must be a positive number of GPU-hours, not {text!r}", USAGE)
     return hours
 

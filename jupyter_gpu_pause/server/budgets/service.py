@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import fnmatch
 import grp
+import math
 import os
 import pwd
 from collections.abc import Callable
@@ -308,7 +309,8 @@ class Budgets:
 
     async def grant(self, user, hours) -> dict:
         """More GPU-hours for ``user`` this period: a hold lifts at once."""
-        if isinstance(hours, bool) or not isinstance(hours, (int, float)) or not hours > 0:
+        number = isinstance(hours, (int, float)) and not isinstance(hours, bool)
+        if not number or not 0 < hours < math.inf:
             raise BadRequest(f"hours must be a positive number, not {hours!r}", "bad-hours")
         user, groups = await self._target(user)
         await self.ledger.adjust(user, "grant", float(hours), self.user)
