@@ -5,7 +5,9 @@ Metrics are module-level and live in prometheus_client's default registry, which
 jupyter_server already serves: they are registered once per process, whatever number of
 servers (a test run) or extension instances build their services. Label values are a few
 fixed words, all created up front, so every series exists (at 0) from the first scrape and no
-session id, path or user ever becomes a label.
+session id, path or user becomes a label (the one exception an admin turns on:
+``budget_metric_users`` adds the user to ``budget_used_ratio``, whose ``scope`` is a budget's
+name from the configuration).
 
 The numbers come from the lifecycle events (``MetricsListener`` on ``SessionTable.listeners``):
 an event already says what happened, to whom, how long it took and how many bytes it wrote.
