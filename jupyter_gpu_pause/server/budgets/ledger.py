@@ -38,35 +38,28 @@ class BudgetLedger:
         return self.queue.q(db, sql, params)
 
     # -- in the queue's transaction ------------------------------------------------------------
+    def _rows(self, db, sql: str, params) -> list[tuple]:
+        return [tuple(r) for r in self._q(db, sql, params).fetchall()]
+
     def _facts(self, db, user: str, since: float) -> Facts:
-        q = self._q
         return Facts(
             now=self.queue.now,
-            intervals=[
-                tuple(r)
-                for r in q(
-                    db,
-                    'SELECT start, last, weight FROM usage WHERE "user" = ? AND last > ?',
-                    (user, since),
-                ).fetchall()
-            ],
-            adjustments=[
-                tuple(r)
-                for r in q(
-                    db,
-                    'SELECT kind, hours, at FROM budget_adjustments WHERE "user" = ? AND at >= ? '
-                    "ORDER BY at, id",
-                    (user, since),
-                ).fetchall()
-            ],
-            notices=[
-                tuple(r)
-                for r in q(
-                    db,
-                    'SELECT kind, at FROM budget_notices WHERE "user" = ? AND at >= ?',
-                    (user, since),
-                ).fetchall()
-            ],
+            intervals=self._rows(
+                db,
+                'SELECT start, last, weight FROM usage WHERE "user" = ? AND last > ?',
+                (user, since),
+            ),
+            adjustments=self._rows(
+                db,
+                'SELECT kind, hours, at FROM budget_adjustments WHERE "user" = ? AND at >= ? '
+                "ORDER BY at, id",
+                (user, since),
+            ),
+            notices=self._rows(
+                db,
+                'SELECT kind, at FROM budget_notices WHERE "user" = ? AND at >= ?',
+                (user, since),
+            ),
         )
 
     def _notice(self, db, user: str, kind: str, since: float) -> bool:

@@ -13,6 +13,7 @@ sessions at their next idle moment.
 
 from __future__ import annotations
 
+import asyncio
 import fnmatch
 import grp
 import math
@@ -95,15 +96,10 @@ class Figures:
         }
 
     def detail(self) -> dict:
-        """What a budget event carries."""
-        return {
-            "budget": self.rule.name,
-            "period": self.rule.period,
-            "used_hours": round(self.used_hours, 6),
-            "limit_hours": round(self.limit_hours, 6),
-            "period_end": iso(self.period_end),
-            "retry_at": iso(self.retry_at) if self.retry_at else None,
-        }
+        """What a budget event carries: the row's figures, under the name ``budget``."""
+        row = self.to_json()
+        keys = ("period", "used_hours", "limit_hours", "period_end", "retry_at")
+        return {"budget": row["name"], **{k: row[k] for k in keys}}
 
 
 def figures(rule: BudgetRule, user: str, facts: Facts) -> Figures:
@@ -293,14 +289,18 @@ class Budgets:
             raise BadRequest('name the user: {"user": "alice", …}', "bad-user")
         users = await self.ledger.users()
         users[self.user] = self.groups
-        if user not in users and not unix_user(user):  # a typo must not grant hours to nobody
+        known_here = user in users or await asyncio.to_thread(unix_user, user)  # NSS may be slow
+        if not known_here:  # a typo must not grant hours to nobody
             known = ", ".join(sorted(users)[:10])
             raise NotFound(
                 f"no server of {user!r} has used this capacity queue and this machine has no "
                 f"such user; check the name (known: {known})",
                 "unknown-user",
             )
-        groups = users.get(user, frozenset(unix_groups(user)))
+        if user in users:
+            groups = users[user]
+        else:
+            groups = frozenset(await asyncio.to_thread(unix_groups, user))
         if self.rule_for(user, groups) is None:
             raise NotFound(
                 f"no budget applies to {user} (exempt, or no entry matches)", "no-budget"

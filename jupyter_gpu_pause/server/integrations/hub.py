@@ -133,19 +133,20 @@ class HubClient:
             raise OSError(str(response.error))
         return response.code, (response.body or b"").decode(errors="replace")
 
-    async def token_scopes(self) -> list[str]:
+    async def _user(self) -> dict:
+        """The Hub's model of the token's user (``GET /user``)."""
         code, body = await self._call("GET", f"{self.hub.api_url}/user")
         if code != 200:
             raise OSError(f"HTTP {code}: {_hub_message(body)}")
-        return list(json.loads(body).get("scopes") or [])
+        return json.loads(body)
+
+    async def token_scopes(self) -> list[str]:
+        return list((await self._user()).get("scopes") or [])
 
     async def user_groups(self) -> list[str] | None:
         """The user's JupyterHub groups; None when the token may not read them (the Hub
         leaves ``groups`` out without ``read:users:groups``)."""
-        code, body = await self._call("GET", f"{self.hub.api_url}/user")
-        if code != 200:
-            raise OSError(f"HTTP {code}: {_hub_message(body)}")
-        groups = json.loads(body).get("groups")
+        groups = (await self._user()).get("groups")
         return None if groups is None else [str(g) for g in groups]
 
     async def stop_server(self) -> None:

@@ -182,16 +182,17 @@ class SessionStates:
         )
 
 
-def _states_collector() -> SessionStates:
-    collector = SessionStates()
+def _registered(collector, name: str):
+    """``collector`` registered, or the one registered under ``name`` already (this module
+    imported again)."""
     try:
         REGISTRY.register(collector)
-    except ValueError:  # this module imported again: keep the registered one
-        collector = REGISTRY._names_to_collectors[PREFIX + "sessions"]
+    except ValueError:
+        collector = REGISTRY._names_to_collectors[name]
     return collector
 
 
-SESSION_STATES = _states_collector()
+SESSION_STATES = _registered(SessionStates(), PREFIX + "sessions")
 
 
 class BudgetRatios:
@@ -222,16 +223,7 @@ class BudgetRatios:
         yield family
 
 
-def _budget_collector() -> BudgetRatios:
-    collector = BudgetRatios()
-    try:
-        REGISTRY.register(collector)
-    except ValueError:  # this module imported again: keep the registered one
-        collector = REGISTRY._names_to_collectors[BudgetRatios.NAME]
-    return collector
-
-
-BUDGET_RATIOS = _budget_collector()
+BUDGET_RATIOS = _registered(BudgetRatios(), BudgetRatios.NAME)
 
 
 # -- what no event reports -----------------------------------------------------------------------
