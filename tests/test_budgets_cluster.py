@@ -95,7 +95,9 @@ def test_one_budget_over_two_servers_warns_once_holds_pauses_and_a_grant_lifts_i
     # Given one GPU session on each of the user's two servers: 0.01 GPU-hours (36 s) between
     # them, used twice as fast
     a = n1.open_notebook("a.ipynb")
-    n1.run(a["kernel_id"], "x = 41; msg = 'kept on node 1'")
+    n1.run(
+        a["kernel_id"], "x = 41; msg = 'kept on node 1'; import threading; lock = threading.Lock()"
+    )
     b = n2.open_notebook("b.ipynb")
     flag = tmp_path / "home" / "cell-may-end"
     # and on node 2 a cell that runs until the test lets it end (the kernel waits on a file)
@@ -120,6 +122,9 @@ def test_one_budget_over_two_servers_warns_once_holds_pauses_and_a_grant_lifts_i
         assert pause_event["reason"] == "budget:lab", pause_event
         warned = [e for e in events(n1, "warned") if e["session_id"] == a["id"]]
         assert warned and warned[0]["reason"] == "budget:lab", warned
+        # naming, as an idle policy's warning does, what the pause will not save
+        assert [x["name"] for x in warned[0]["detail"]["skipped"]] == ["lock"], warned
+        assert "will not survive: lock" in warned[0]["detail"]["message"], warned
         assert warned[0]["time"] <= pause_event["time"]
         assert paused_a["checkpoint"] is not None
 

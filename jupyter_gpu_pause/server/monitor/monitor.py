@@ -50,6 +50,7 @@ class Watch:
     paused_tick: datetime | None = None  # paused clock (reclaimed)
     last_saved: datetime | None = None
     budget_pause_at: datetime | None = None  # over its budget's grace: warned, pauses then
+    budget_warning: asyncio.Task | None = None  # the dry run and event of that warning
 
 
 class Monitor:
@@ -84,7 +85,7 @@ class Monitor:
         tracker.on_activity = self._on_activity
         self.ledger = Ledger(lifecycle.records)
         self.budgets = budgets  # budgets.Budgets, None without budgets
-        self.budget_warning = timedelta(seconds=budget_warning_seconds)
+        self.budget_warn_ahead = timedelta(seconds=budget_warning_seconds)
         self.budget = None  # this user's budget figures as of the last pass
         self.watches: dict[str, Watch] = {}
         self._task: asyncio.Task | None = None
@@ -122,7 +123,8 @@ class Monitor:
             self.event_logger.remove_listener(
                 schema_id=KERNEL_ACTIONS, listener=self._kernel_action
             )
-        tasks = [self._task, *self._outcomes, *(w.warning for w in self.watches.values())]
+        tasks = [self._task, *self._outcomes]
+        tasks += [t for w in self.watches.values() for t in (w.warning, w.budget_warning)]
         tasks = [t for t in tasks if t is not None]
         for t in tasks:
             t.cancel()
@@ -225,8 +227,9 @@ class Monitor:
         self.tracker.sync({k for k in kernels if self.bridge.is_running(k)})
         for sid in set(self.watches) - {s.id for s in self.lc.table.sessions.values()}:
             gone = self.watches.pop(sid)
-            if gone.warning is not None:
-                gone.warning.cancel()
+            for task in (gone.warning, gone.budget_warning):
+                if task is not None:
+                    task.cancel()
         usage = {}
         if self.probe.available:
             roots = {s.id: p for s in running if (p := self.bridge.pid(s.kernel_id)) is not None}
@@ -338,26 +341,23 @@ class Monitor:
         f = self.budget
         if f is None or not f.over_grace or not self.lc.gpu_session(s):
             w.budget_pause_at = None
+            if w.budget_warning is not None:
+                w.budget_warning.cancel()
+                w.budget_warning = None
             return False
         reason = f"budget:{f.rule.name}"
         if w.budget_pause_at is None:
-            w.budget_pause_at = now + self.budget_warning
-            s.pause_at = w.budget_pause_at
-            await self.lc.table.record_event(
-                s,
-                EventType.WARNED,
-                reason,
-                action="pause",
-                pause_at=iso(w.budget_pause_at),
-                message=f"{s.path} pauses at its next idle moment after "
-                f"{iso(w.budget_pause_at)}: GPU budget '{f.rule.name}' is past its grace "
-                f"({f.text()})",
+            w.budget_pause_at = now + self.budget_warn_ahead
+            w.budget_warning = asyncio.ensure_future(
+                self._warn_budget(s, f, reason, w.budget_pause_at, busy)
             )
+            return True
+        if not w.budget_warning.done():  # the pause comes after its warning's event
             return True
         s.pause_at = w.budget_pause_at
         if now < w.budget_pause_at or busy or s.id in self.lc.busy_sessions():
             return True
-        w.budget_pause_at = now + self.budget_warning  # a failed pause: again after as long
+        w.budget_pause_at = now + self.budget_warn_ahead  # a failed pause: again after as long
         try:
             await self.lc.pause(s.id, reason=reason)
         except GpuPauseError as e:  # refused at once: said on the session and in an event
@@ -374,6 +374,28 @@ class Monitor:
                 retry_at=iso(w.budget_pause_at),
             )
         return True
+
+    async def _warn_budget(self, s, f, reason: str, pause_at: datetime, busy: bool) -> None:
+        """The warning before a budget's pause, naming what will not survive, as an idle
+        policy's does (its own task: a kernel slow to answer holds up no one else). A kernel
+        running a cell would answer the dry run only once the cell ends: the warning says so
+        instead of waiting."""
+        if busy:
+            skipped, unknown = None, "a cell is running"
+        else:
+            skipped, unknown = await self._dry_run(s)
+        s.pause_at = pause_at
+        await self.lc.table.record_event(
+            s,
+            EventType.WARNED,
+            reason,
+            action="pause",
+            pause_at=iso(pause_at),
+            skipped=skipped,
+            message=f"{s.path} pauses at its next idle moment after {iso(pause_at)}: GPU "
+            f"budget '{f.rule.name}' is past its grace ({f.text()})"
+            + _survival_text(skipped, unknown),
+        )
 
     def _back_off(self, s, w: Watch, policy: Policy) -> None:
         """The next attempt of a failing auto-pause waits longer each time: no retry storm.
@@ -417,6 +439,24 @@ class Monitor:
         else:
             w.failures, w.retry_after = 0, None
 
+    async def _dry_run(self, s) -> tuple[list | None, str | None]:
+        """What a pause of ``s`` would not save (``skipped``), or why the kernel could not say
+        (``unknown``): a dry run in the kernel, given up on after ``DRY_RUN_TIMEOUT``."""
+        try:
+            report = await asyncio.wait_for(
+                self.bridge.run_agent(
+                    s.kernel_id,
+                    "check",
+                    {"capture": self.capture, "test_restore": self.lc.settings.test_restore},
+                ),
+                DRY_RUN_TIMEOUT,
+            )
+            return check_report(report)["skipped"], None
+        except asyncio.TimeoutError:
+            return None, f"the kernel did not answer within {DRY_RUN_TIMEOUT:g} s"
+        except GpuPauseError as e:
+            return None, e.message
+
     async def _warn(self, s, policy: Policy, act_at: datetime) -> None:
         """Record the warning event, naming what will not survive (a dry run in the kernel).
 
@@ -425,28 +465,12 @@ class Monitor:
         """
         skipped, unknown = None, None
         if policy.action == "pause":
-            try:
-                report = await asyncio.wait_for(
-                    self.bridge.run_agent(
-                        s.kernel_id,
-                        "check",
-                        {"capture": self.capture, "test_restore": self.lc.settings.test_restore},
-                    ),
-                    DRY_RUN_TIMEOUT,
-                )
-                skipped = check_report(report)["skipped"]
-            except asyncio.TimeoutError:
-                unknown = f"the kernel did not answer within {DRY_RUN_TIMEOUT:g} s"
-            except GpuPauseError as e:
-                unknown = e.message
+            skipped, unknown = await self._dry_run(s)
         verb = {"pause": "pauses", "cull": "shuts down", "warn": "has been idle until"}[
             policy.action
         ]
         message = f"{s.path} {verb} at {iso(act_at)} (policy {policy.name})"
-        if skipped:
-            message += "; will not survive: " + ", ".join(x["name"] for x in skipped)
-        if unknown:
-            message += f"; could not ask the kernel what would not survive ({unknown})"
+        message += _survival_text(skipped, unknown)
         if policy.action == "cull":
             message += "; no checkpoint is made: unsaved variables are lost"
         await self.lc.table.record_event(
@@ -549,3 +573,13 @@ class Monitor:
             until=iso(w.keepalive_until),
             message=f"{s.path} kept alive for {seconds} s",
         )
+
+
+def _survival_text(skipped: list | None, unknown: str | None) -> str:
+    """What a warning adds about the state: what will not survive, or why nobody knows."""
+    text = ""
+    if skipped:
+        text += "; will not survive: " + ", ".join(x["name"] for x in skipped)
+    if unknown:
+        text += f"; could not ask the kernel what would not survive ({unknown})"
+    return text
