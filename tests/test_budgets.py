@@ -10,12 +10,15 @@ import getpass
 import grp
 import json
 import os
+import sqlite3
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from jupyter_gpu_pause.server.capacity.probes import GpuUsage
 from jupyter_gpu_pause.server.config.settings import server_user
+from tests.fakes import FakeProbe
 from tests.receivers import Receiver
 from tests.scrape import scrape
 from tests.waiting import wait_for
@@ -236,3 +239,42 @@ async def test_a_jupyterhub_group_entry_applies_once_the_hub_said_the_groups(hub
 
     row = await wait_for(team, what="the team budget")
     assert row["user"] == "hubuser" and row["limit_hours"] == 8
+
+
+@pytest.fixture
+def mig_slice(gp_config, tmp_path):
+    """A fake NVML seeing one GPU, a MIG slice, that the test's notebook will hold; the queue
+    in a folder of the test's, to read what it counted."""
+    gp_config["capacity_queue_url"] = str(tmp_path / "queue")
+    FakeProbe.gpus = [{"uuid": "MIG-0", "name": "NVIDIA A100 MIG 1g.10gb"}]
+    FakeProbe.readings = {}
+    yield
+    FakeProbe.gpus, FakeProbe.readings = [], {}
+
+
+@pytest.mark.gp_config(
+    budgets=[{"name": "everyone", "gpu_hours": 10}],
+    gpu_weights={"NVIDIA A100 MIG 1g.10gb": 0.125},
+    gpu_probe_class="tests.fakes.FakeProbe",
+    poll_interval=0.3,
+    policies=[],
+)
+async def test_a_gpu_counts_the_weight_of_its_model(mig_slice, lab, tmp_path):
+    # Given a notebook whose kernel holds the MIG slice (as NVML reports it)
+    s = await lab.open_notebook()
+    FakeProbe.readings = {s["id"]: GpuUsage(devices=["MIG-0"], memory_bytes=10**9)}
+    # When the meter has run a while
+    await wait_for(lambda: _used_positive(lab), what="GPU-seconds metered")
+    # Then the queue counts each hour of it as the slice's weight, not as a whole GPU
+    db = sqlite3.connect(tmp_path / "queue" / "capacity-queue.sqlite")
+    try:
+        rows = db.execute("SELECT weight FROM usage WHERE session_id = ?", (s["id"],))
+        weights = {w for (w,) in rows}
+    finally:
+        db.close()
+    assert weights == {0.125}
+
+
+async def _used_positive(lab):
+    row = await my_row(lab)
+    return row is not None and row["used_hours"] > 0

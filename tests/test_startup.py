@@ -255,6 +255,11 @@ BAD_CONFIGS = [
         ["GpuPauseApp.budgets", "'warn_at' (1.2) is above 'hold_at' (1)"],
     ),
     (
+        "zero-budget-warning",
+        "c.GpuPauseApp.budget_pause_warning_seconds = 0",
+        ["GpuPauseApp.budget_pause_warning_seconds = 0", "more than 0"],
+    ),
+    (
         "negative-gpu-weight",
         "c.GpuPauseApp.gpu_weights = {'NVIDIA H200': -1}",
         ["GpuPauseApp.gpu_weights", "must be >= 0"],
