@@ -83,6 +83,8 @@ def jp_server_cleanup(jp_asyncio_loop):
     app = ServerApp.instance()
     error = None
     try:
+        if hasattr(app, "kernel_manager"):
+            jp_asyncio_loop.run_until_complete(_settle_restarts(app.kernel_manager))
         jp_asyncio_loop.run_until_complete(app._cleanup())
     except (RuntimeError, SystemExit):
         pass  # as the plugin: a server that never fully started
@@ -93,6 +95,32 @@ def jp_server_cleanup(jp_asyncio_loop):
     ServerApp.clear_instance()
     if error is not None:
         raise error
+
+
+async def _settle_restarts(kernels) -> None:
+    """Let a kernel that a test killed finish coming back before the server shuts down.
+
+    jupyter_client cannot shut a kernel down while its restarter is restarting it: the shutdown
+    asks the restart's pending ``ready`` future for its exception and gets InvalidStateError.
+    The restarters are stopped first, so no restart begins after this look; a restart is a
+    shutdown then a start, each with its own ``ready``, the second made as the first resolves,
+    so the look is repeated until none is pending.
+    """
+    managers = [kernels.get_kernel(kid) for kid in kernels.list_kernel_ids()]
+    for km in managers:
+        km.stop_restarter()
+    loop = asyncio.get_running_loop()
+    end = loop.time() + 60
+    while loop.time() < end:
+        readies = [getattr(km, "_ready", None) for km in managers]  # ``ready`` would make one
+        pending = [
+            asyncio.wrap_future(r) if not asyncio.isfuture(r) else r
+            for r in readies
+            if r is not None and not r.done()
+        ]
+        if not pending:
+            return
+        await asyncio.wait(pending, timeout=end - loop.time())
 
 
 @pytest.fixture(autouse=True)
