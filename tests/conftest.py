@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
@@ -20,6 +21,17 @@ from tests.moto import Moto
 from tests.waiting import wait_for
 
 pytest_plugins = ["pytest_jupyter.jupyter_server"]
+
+
+def pytest_configure(config):
+    """Give the run Python's own SIGINT handler where it was started with SIGINT ignored (in
+    the background, by a shell without job control), so that the servers the tests start get
+    SIGINT at its default, as a spawner or a terminal starts them: the server rightly leaves
+    an ignored SIGINT alone (integrations/shutdown.py), and the SIGINT tests would then test
+    the shell. An exec'd child inherits an ignored signal, never a handler."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
 
 TERMINAL = ("active", "idle", "paused", "failed")
 

@@ -98,12 +98,7 @@ class Server:
         ]  # fmt: skip
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen(
-                cmd,
-                env=self.env,
-                stdin=self.stdin,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                preexec_fn=_default_sigint,
+                cmd, env=self.env, stdin=self.stdin, stdout=log, stderr=subprocess.STDOUT
             )
 
     def exit_status(self, timeout: float = WAIT) -> int:
@@ -273,13 +268,3 @@ def nodes(tmp_path: Path, config: str, per_node: tuple[str, ...] = ("", "")):
     finally:
         with ThreadPoolExecutor(len(servers)) as pool:
             list(pool.map(lambda s: s.proc and s.stop(), servers))
-
-
-def _default_sigint() -> None:
-    """Start the server with SIGINT at its default, as a spawner or a terminal does.
-
-    A test run started in the background by a shell without job control inherits SIGINT
-    ignored, and the server rightly leaves an ignored SIGINT alone (integrations/shutdown.py):
-    the tests of SIGINT would then test the shell, not the server.
-    """
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
