@@ -5,8 +5,8 @@ is a GPU session), and a third server of a budget admin on the same queue.
 One budget for the user whatever server they use: the warning comes once, a GPU resume over
 budget is refused with when it renews, a CPU resume still works, running GPU sessions past the
 grace are paused at their next idle moment with every variable kept, and an admin's grant lets
-the GPU resume through. A server killed with SIGKILL loses at most one heartbeat of GPU-seconds
-and has none counted twice.
+the GPU resume through. A server killed with SIGKILL loses only the GPU-seconds after its last
+heartbeat (a heartbeat every third of the lease) and has none counted twice.
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ from tests.servers import TOKEN, WAIT, Server, nodes
 from tests.test_cli import CLI, cli_env
 
 LEASE = 3.0  # c.CapacityQueue.lease_seconds: a heartbeat every second
-HEARTBEAT = LEASE / 3
 USER = "root"  # the user of the servers under test (the OS user of this run)
 
 

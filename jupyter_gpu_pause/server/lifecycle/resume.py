@@ -145,6 +145,8 @@ class Resume:
                 continue
             check_restore_report(report)
             self.clock.enter("attach")
+            # its slot is given back: another resume may restore now, and this one says so
+            s.progress = {**(s.progress or {}), "phase": "attaching"}
             await ctx.bridge.attach(s.path, s.name, s.type, s.kernel_name, kid)
             return manifest, kid, report, grant
 
