@@ -23,7 +23,7 @@ import time
 from ..store import IntegrityError, Store, StoreError, declare_intent
 from ..store.schema import MAX_TEXT
 from ..units import count_text, size_text
-from . import api, cells, guard, rerun
+from . import ambient, api, cells, guard, rerun
 from .capture import CaptureError, environment, host_copies, make_plan, write_plan
 from .finish import prepare_exit
 from .finish import watch as watch_exit
@@ -35,7 +35,7 @@ MIME_PROGRESS = "application/vnd.jupyter-gpu-pause.progress+json"
 MIME_RESULT = "application/vnd.jupyter-gpu-pause.result+json"
 # The shape of requests and results; bumped whenever either changes. The server refuses a reply
 # of another protocol, the agent a request of another protocol, each saying which versions met.
-PROTOCOL = 6
+PROTOCOL = 7
 REQUEST_KEY = "jupyter_gpu_pause_request"  # the execute_request's metadata key of the request
 CODE = "__import__('jupyter_gpu_pause.kernel.agent', fromlist=['_']).call_parent()"
 
@@ -165,6 +165,10 @@ def _run(request) -> None:
         cells.install(_shell())  # from now on every cell a person runs is recorded
     except Exception:  # the log is a help for later; it never stands in a request's way
         pass
+    try:  # what the user changes of the process from now on is what a checkpoint carries
+        ambient.watch()
+    except Exception:
+        pass
     try:
         entry(params)
     except Exception as e:  # never leave the server waiting for an answer
@@ -213,6 +217,8 @@ def capture(params: dict) -> None:
         shell = _shell()
         plan = make_plan(shell.user_ns, shell.user_ns_hidden, *_plan_args(mode))
         plan.cells = rerun.log_bytes(shell)
+        if params.get("ambient", True):
+            plan.ambient, plan.ambient_report = ambient.capture()
         _check_size(plan, int(params.get("max_bytes") or 0))
         # the test-restore runs in its child while this process writes the blobs
         trial = start_trial(
@@ -239,6 +245,7 @@ def capture(params: dict) -> None:
         def replan():  # rare: plan again without what does not restore
             again = _plan(mode, exclude=verdict.own_failures())
             again.cells = rerun.log_bytes(shell)
+            again.ambient, again.ambient_report = plan.ambient, plan.ambient_report
             _check_size(again, int(params.get("max_bytes") or 0))
             return again
 
@@ -327,6 +334,9 @@ def restore(params: dict) -> None:
         blobs = load_blobs(doc, store, progress=_Progress(), bad=bad, device=device)
         if doc["pickle"]["blob"] in bad:  # no object can come from it: refuse it whole
             raise bad[doc["pickle"]["blob"]]
+        around = _ambient(doc, blobs, bad, params.get("ambient", True))
+        if around is not None:  # import paths, environment, folder: before any unpickling
+            around.early()
 
         def fallbacks():
             """Older checkpoints, read only when an object needs one."""
@@ -341,6 +351,8 @@ def restore(params: dict) -> None:
         report = restore_objects(
             doc, blobs, _shell().user_ns, params.get("device", "any"), bad, fallbacks()
         )
+        # settings, random state and IPython's own, before any hook or cell of the user's runs
+        report["ambient"] = around.rest() if around is not None else None
         older_log, log_problem = rerun.load_log(doc, blobs, bad)
     except IntegrityError as e:
         return _fail(f"checkpoint {cid} was refused: {e}", "integrity", e.check)
@@ -372,6 +384,17 @@ def restore(params: dict) -> None:
     report["rebuild"] = rerun.offer(shell, missing, older_log, log_problem, no_rerun)
     api.REGISTRY.last_restore = report
     _ok(report)
+
+
+def _ambient(doc: dict, blobs: dict, bad: dict, enabled: bool) -> ambient.Restoring | None:
+    """The checkpoint's ambient state, ready to restore; None when the setting is off or the
+    checkpoint has none (written before it existed, or with the setting off)."""
+    meta = doc.get("ambient")
+    if not enabled or not meta:
+        return None
+    if meta["blob"] in bad:
+        return ambient.Restoring(None, f"its blob failed its check: {bad[meta['blob']]}")
+    return ambient.Restoring(bytes(blobs[meta["blob"]]))
 
 
 def track(params: dict) -> None:
@@ -415,8 +438,10 @@ def rebuild(params: dict) -> None:
 
 def _cells_run() -> int:
     """Cells a person ran in this kernel: IPython counts every execution stored in history
-    (a notebook's cells); the server's silent requests, ours included, are not counted."""
-    return _shell().execution_count - 1
+    (a notebook's cells); the server's silent requests, ours included, are not counted, nor
+    the cells of the kernel before a resume (whose counter the restore carried on)."""
+    shell = _shell()
+    return shell.execution_count - 1 - getattr(shell, ambient.COUNTED, 0)
 
 
 def usage(params: dict) -> None:
@@ -433,6 +458,7 @@ def _become(environ: dict, cwd: str | None) -> None:
     import os
 
     os.environ.update({str(k): str(v) for k, v in environ.items()})
+    ambient.given(environ)
     if cwd:
         os.chdir(cwd)
 
@@ -475,6 +501,10 @@ class CheckReport(dict):
         if self.get("unverified"):
             u = self["unverified"]
             lines.append(f"Saved but not test-restored ({u['reason']}): {', '.join(u['names'])}")
+        loose = (self.get("ambient") or {}).get("not_carried") or []
+        if loose:
+            lines.append(f"Will not continue after the resume ({len(loose)}):")
+            lines += [f"  {x['name']:<24} {x['reason']}" for x in loose]
         if self.get("error"):
             lines.append(f"Pause would FAIL: {self['error']}")
         return "\n".join(lines)
@@ -483,12 +513,19 @@ class CheckReport(dict):
         p.text(repr(self))
 
 
-def dry_run(mode: str = "namespace", test_restore: bool = True) -> CheckReport:
-    """What a pause would save and skip, without writing anything."""
+def dry_run(
+    mode: str = "namespace", test_restore: bool = True, with_ambient: bool = True
+) -> CheckReport:
+    """What a pause would save and skip, without writing anything; with ``with_ambient``,
+    what of the process around the namespace it would carry and what cannot travel."""
+    # before the test-restore forks its child, which is no child of the user's
+    around = ambient.describe() if with_ambient else None
     try:
         plan = _plan(mode, test_restore=test_restore)
     except CaptureError as e:
-        return CheckReport(objects=[], skipped=[], bytes=0, error=str(e), unverified=None)
+        return CheckReport(
+            objects=[], skipped=[], bytes=0, error=str(e), unverified=None, ambient=around
+        )
     objects = [
         {"name": o["name"], "bytes": o["bytes"], "required": o.get("required", False)}
         for o in plan.objects
@@ -500,6 +537,7 @@ def dry_run(mode: str = "namespace", test_restore: bool = True) -> CheckReport:
         bytes=plan.total_bytes,
         error=None,
         unverified=plan.unverified,
+        ambient=around,
     )
 
 
@@ -507,7 +545,7 @@ def check(params: dict) -> None:
     """The dry run, for the server: published as a result (idle warnings, the check endpoint)."""
     try:
         mode = params.get("capture", "namespace")
-        report = dict(dry_run(mode, params.get("test_restore", True)))
+        report = dict(dry_run(mode, params.get("test_restore", True), params.get("ambient", True)))
         report["registered"] = api.registered()
     except Exception as e:
         return _fail(f"check failed: {type(e).__name__}: {e}", "agent-error")

@@ -56,12 +56,16 @@ class Plan:
     unverified: dict | None = None
     # the cell log (cells.py) as JSON, written as its own blob so a resume can rebuild
     cells: bytes | None = None
+    # the process state around the namespace (ambient/), its own blob, and what it carries
+    ambient: bytes | None = None
+    ambient_report: dict | None = None
 
     @property
     def total_bytes(self) -> int:
-        """Bytes the checkpoint writes: its objects' and the cell log's (a blob too, so the
-        writing's progress never counts past its total)."""
-        return sum(o["bytes"] for o in self.objects) + len(self.cells or b"")
+        """Bytes the checkpoint writes: its objects', the cell log's and the ambient state's
+        (blobs too, so the writing's progress never counts past its total)."""
+        extra = len(self.cells or b"") + len(self.ambient or b"")
+        return sum(o["bytes"] for o in self.objects) + extra
 
 
 def _is_internal(name, value, hidden: dict) -> bool:
@@ -402,8 +406,8 @@ def _write(plan: Plan, store: Store, progress, verify: bool, before_reuse, stagi
 
 
 def _blobs_of(plan: Plan, staging: Staging | None, host=None) -> tuple[list[_Blob], dict]:
-    """Every blob of the plan in manifest order: storages, arrays, the cell log, then the
-    pickle stream (last: ``_describe`` finds it there)."""
+    """Every blob of the plan in manifest order: storages, arrays, the cell log, the ambient
+    state, then the pickle stream (last: ``_describe`` finds it there)."""
     import_np = sys.modules.get("numpy")
     blobs = []
     for s in plan.refs.storages:
@@ -420,6 +424,8 @@ def _blobs_of(plan: Plan, staging: Staging | None, host=None) -> tuple[list[_Blo
         offset += len(seg)
     if plan.cells is not None:
         blobs.append(_Blob(BufferSource(plan.cells), "cells", {}))
+    if plan.ambient is not None:
+        blobs.append(_Blob(BufferSource(plan.ambient), "ambient", {}))
     stream = b"".join(plan.segments)
     blobs.append(_Blob(BufferSource(stream), "pickle", {}))
     return blobs, {"bytes": len(stream)}
@@ -437,8 +443,16 @@ def _describe(plan: Plan, blobs: list[_Blob], pickle_meta: dict, described, new_
         shape = list(a.shape)
         arrays.append({"blob": b.h, "dtype": b.extra["dtype"], "shape": shape, "order": order})
     cells = next(({"blob": b.h, "bytes": b.src.nbytes} for b in blobs if b.kind == "cells"), None)
+    around = next(
+        ({"blob": b.h, "bytes": b.src.nbytes} for b in blobs if b.kind == "ambient"), None
+    )
+    if around is not None:
+        report = plan.ambient_report or {}
+        around["carried"] = list(report.get("carried", []))
+        around["not_carried"] = list(report.get("not_carried", []))
     return {
         **({"cells": cells} if cells else {}),
+        **({"ambient": around} if around else {}),
         "objects": plan.objects,
         "skipped": plan.skipped,
         "storages": storages,

@@ -268,6 +268,7 @@ class GpuPauseApp(ExtensionApp, GpuPauseSettings):
                 max_checkpoint_bytes=self.max_checkpoint_bytes,
                 verify=self.verify_blobs,
                 test_restore=self.test_restore,
+                ambient=self.ambient,
                 rebuild=self.rebuild,
                 rebuild_auto_seconds=self.rebuild_auto_seconds,
             ),

@@ -151,6 +151,7 @@ def build_manifest(
         "registered": capture.get("registered", []),
         "pickle": capture["pickle"],
         **({"cells": capture["cells"]} if capture.get("cells") is not None else {}),
+        **({"ambient": capture["ambient"]} if capture.get("ambient") is not None else {}),
         "blobs": blobs,
         "totals": {
             "bytes": sum(int(b["bytes"]) for b in blobs.values()),

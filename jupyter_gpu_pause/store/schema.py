@@ -13,7 +13,7 @@ import re
 
 from .integrity import HASH_RE
 
-BLOB_KINDS = ("tensor", "buffer", "pickle", "cells")
+BLOB_KINDS = ("tensor", "buffer", "pickle", "cells", "ambient")
 OBJECT_KINDS = ("pickle", "module", "hooks")
 HOOKS_OBJECT = "__jupyter_gpu_pause_hooks__"
 MAX_TEXT = 2000  # longest name, reason or dtype we accept (a reason is one sentence)
@@ -117,11 +117,11 @@ def _objects(raw, stream_bytes: int) -> None:
             _fail(where, f"({name}) lies outside the pickle stream of {stream_bytes} bytes")
 
 
-def _skipped(raw) -> None:
-    for i, x in enumerate(_list(raw, "skipped")):
-        _dict(x, f"skipped #{i + 1}")
-        _text(x.get("name"), f"skipped #{i + 1} name")
-        _text(x.get("reason"), f"skipped #{i + 1} reason")
+def _skipped(raw, where: str = "skipped") -> None:
+    for i, x in enumerate(_list(raw, where)):
+        _dict(x, f"{where} #{i + 1}")
+        _text(x.get("name"), f"{where} #{i + 1} name")
+        _text(x.get("reason"), f"{where} #{i + 1} reason")
 
 
 def check_content(doc: dict) -> None:
@@ -150,6 +150,17 @@ def check_content(doc: dict) -> None:
         meta = _ref(cells.get("blob"), blobs, "cells", used)
         if _count(cells.get("bytes"), "cells bytes") != meta["bytes"] or meta["kind"] != "cells":
             _fail("cells", "does not match its blob")
+    if doc.get("ambient") is not None:  # the process state around the namespace (ambient/)
+        around = _dict(doc["ambient"], "ambient")
+        meta = _ref(around.get("blob"), blobs, "ambient", used)
+        if (
+            _count(around.get("bytes"), "ambient bytes") != meta["bytes"]
+            or meta["kind"] != "ambient"
+        ):
+            _fail("ambient", "does not match its blob")
+        for name in _list(around.get("carried", []), "ambient carried"):
+            _text(name, "ambient carried name")
+        _skipped(around.get("not_carried", []), "ambient not_carried")
     pickle = _dict(doc.get("pickle"), "pickle")
     meta = _ref(pickle.get("blob"), blobs, "pickle", used)
     stream = _count(pickle.get("bytes"), "pickle bytes")

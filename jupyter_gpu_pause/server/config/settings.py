@@ -191,6 +191,21 @@ class GpuPauseSettings(HasTraits):
         "such object is reported as saved but not test-restored. Default: True.",
     ).tag(config=True)
 
+    ambient = Bool(
+        True,
+        help="Carry the process state around the namespace with each checkpoint, so that a "
+        "resumed notebook's next cells print what they would have printed: random generators "
+        "(random, numpy, torch), settings the notebook changed (matplotlib rcParams, numpy "
+        "print and error options, pandas options, scikit-learn's config, torch's defaults, "
+        "warnings filters, the working folder, environment variables and sys.path entries its "
+        "cells set) and IPython's own (extensions, the %matplotlib backend, %config, "
+        "%precision, the execution counter, In/Out/_, display formatters, whose cells are "
+        "re-run). The check and the pause name what cannot travel (running threads, child "
+        "processes, open connections). Packages add their own pieces through the entry point "
+        "group 'jupyter_gpu_pause.ambient'. False: only the namespace travels, and a resume "
+        "restores nothing of it even from a checkpoint that carries it. Default: True.",
+    ).tag(config=True)
+
     kernel_answer_timeout = Float(
         30.0,
         help="Seconds a kernel that is not running a cell may take to answer before a pause, "

@@ -90,6 +90,28 @@ def _device_targets(devices) -> bool:
     )
 
 
+def check_ambient(raw) -> dict | None:
+    """The restore report's ``ambient`` ({"restored", "rerun", "not_restored", "text"}),
+    trimmed; None when it is not one."""
+    if not isinstance(raw, dict):
+        return None
+    restored, rerun, text = raw.get("restored"), raw.get("rerun"), raw.get("text")
+    if not all(
+        isinstance(x, list) and all(isinstance(n, str) for n in x) for x in (restored, rerun)
+    ):
+        return None
+    if not (pairs(raw.get("not_restored"), "reason") and _text(text)):
+        return None
+    return {
+        "restored": [n[:200] for n in restored],
+        "rerun": [n[:200] for n in rerun],
+        "not_restored": [
+            {"name": x["name"][:200], "reason": x["reason"][:500]} for x in raw["not_restored"]
+        ],
+        "text": text[:500] if text else None,
+    }
+
+
 def check_restore_report(report: dict) -> dict:
     """The agent's restore report, if it has the shape the session and the UI rely on."""
 
@@ -110,6 +132,13 @@ def check_restore_report(report: dict) -> dict:
         if report["rebuild"] is None:
             raise AgentFailed(
                 "the kernel's agent sent a rebuild plan the server cannot read", "bad-agent-reply"
+            )
+    if report.get("ambient") is not None:
+        report["ambient"] = check_ambient(report["ambient"])
+        if report["ambient"] is None:
+            raise AgentFailed(
+                "the kernel's agent sent an ambient state report the server cannot read",
+                "bad-agent-reply",
             )
     if not (
         fallbacks(report.get("fallback", []))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 
+from ..kernels.replies import pairs
 from ..state.errors import AgentFailed, GpuPauseError, WrongState
 from ..state.model import RUNNING, Session
 from .context import CheckContext
@@ -38,6 +39,23 @@ def unverified_of(raw) -> dict | None:
     return {"reason": reason[:500], "names": [n[:200] for n in names]}
 
 
+def ambient_of(raw) -> dict | None:
+    """The agent's ``ambient`` ({"carried": [names], "not_carried": [{"name", "reason"}]}: what
+    of the process around the namespace a pause carries, and what cannot travel) if well
+    formed, with short texts; else None."""
+    if not isinstance(raw, dict):
+        return None
+    carried, loose = raw.get("carried"), raw.get("not_carried")
+    if not (isinstance(carried, list) and all(isinstance(n, str) for n in carried)):
+        return None
+    if not pairs(loose, "reason"):
+        return None
+    return {
+        "carried": [n[:200] for n in carried],
+        "not_carried": [{"name": x["name"][:200], "reason": x["reason"][:500]} for x in loose],
+    }
+
+
 def check_report(report: dict) -> dict:
     """The agent's dry-run report as the REST answer, if it has the expected shape."""
     objects, skipped, size = report.get("objects"), report.get("skipped"), report.get("bytes")
@@ -52,6 +70,7 @@ def check_report(report: dict) -> dict:
         and (error is None or isinstance(error, str))
         and isinstance(registered, list)
         and (unverified is None or unverified_of(unverified) is not None)
+        and (report.get("ambient") is None or ambient_of(report["ambient"]) is not None)
     )
     if not well_formed:
         raise AgentFailed(
@@ -65,6 +84,9 @@ def check_report(report: dict) -> dict:
         "error": error,
         # saved but not test-restored (a timeout, no fork, a fenced effect), or None
         "unverified": unverified_of(unverified),
+        # what of the process state a pause carries, and what cannot travel; None when the
+        # setting is off
+        "ambient": ambient_of(report.get("ambient")),
     }
 
 
@@ -88,7 +110,11 @@ class DryRun:
                 ctx.bridge.run_agent(
                     kid,
                     "check",
-                    {"capture": ctx.settings.capture, "test_restore": ctx.settings.test_restore},
+                    {
+                        "capture": ctx.settings.capture,
+                        "test_restore": ctx.settings.test_restore,
+                        "ambient": ctx.settings.ambient,
+                    },
                 ),
                 CHECK_TIMEOUT,
             )

@@ -33,6 +33,7 @@ class PauseSettings:
     max_checkpoint_bytes: int = 0
     verify: bool = True
     test_restore: bool = True  # load the plan back in a forked copy before committing
+    ambient: bool = True  # carry and restore the process state around the namespace
     rebuild: str = "ask"  # what a resume does with names it did not bring back (rebuild.py)
     rebuild_auto_seconds: float = 5.0
 

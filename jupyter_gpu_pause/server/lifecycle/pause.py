@@ -162,6 +162,7 @@ class Pause:
                 "max_bytes": settings.max_checkpoint_bytes,
                 "verify": settings.verify,
                 "test_restore": settings.test_restore,
+                "ambient": settings.ambient,
                 "suspend": suspend,
             },
             # the agent's first "writing" progress ends the capture; its last, the writing
@@ -214,6 +215,7 @@ class Pause:
         s.gpu_devices_paused = gpu_device_count(s.gpu)  # reclaimed from now on, per device
         s.checkpoint = checkpoint_brief(manifest)
         skipped = manifest.doc["skipped"]
+        loose = (manifest.doc.get("ambient") or {}).get("not_carried", [])
         s.message = (
             f"Paused — {size_text(manifest.total_bytes)}, "
             f"{count_text(len(manifest.doc['objects']), 'object')} saved"
@@ -222,6 +224,11 @@ class Pause:
                 f"; not test-restored ({self.unverified['reason']}): "
                 + ", ".join(self.unverified["names"])
                 if self.unverified
+                else ""
+            )
+            + (
+                f"; will not continue after the resume: {', '.join(x['name'] for x in loose)}"
+                if loose
                 else ""
             )
         )
@@ -233,6 +240,7 @@ class Pause:
             checkpoint_id=manifest.id,
             bytes=manifest.total_bytes,
             skipped=skipped,
+            not_carried=loose,
             message=s.message,
             suspended=self.op.suspended,
             not_suspended=self.suspension.why_not if self.suspension else None,

@@ -178,6 +178,7 @@ class Resume:
                         "fallbacks": fallbacks,
                         "only_if_unused": self.options.adopt,
                         "rebuild": ctx.settings.rebuild,
+                        "ambient": ctx.settings.ambient,
                         "no_rerun_ids": await ctx.bridge.no_rerun_cells(self.s.path),
                         **become,
                     },
@@ -384,6 +385,11 @@ class Resume:
             + (f"; not restored: {', '.join(f['name'] for f in failed)}" if failed else "")
             + (f"; {len(self.refused)} newer checkpoint(s) refused" if self.refused else "")
         )
+        around = report.get("ambient")
+        if around and around["text"]:
+            s.message += f". {around['text']}"
+        if around and around["not_restored"]:
+            s.message += ": " + ", ".join(x["name"] for x in around["not_restored"])
         offer = report.get("rebuild")
         if offer and offer["text"]:
             s.message += f". Rebuild {offer['text']}"
@@ -401,6 +407,7 @@ class Resume:
             device=s.device,
             devices=grant.devices,
             rebuild=offer,
+            ambient=around,
             waited_seconds=round(self.waited, 3),
             granted_at=iso(self.granted_at) if self.granted_at else None,
             message=s.message,

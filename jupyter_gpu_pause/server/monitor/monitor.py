@@ -447,11 +447,17 @@ class Monitor:
                 self.bridge.run_agent(
                     s.kernel_id,
                     "check",
-                    {"capture": self.capture, "test_restore": self.lc.settings.test_restore},
+                    {
+                        "capture": self.capture,
+                        "test_restore": self.lc.settings.test_restore,
+                        "ambient": self.lc.settings.ambient,
+                    },
                 ),
                 DRY_RUN_TIMEOUT,
             )
-            return check_report(report)["skipped"], None
+            checked = check_report(report)
+            loose = (checked["ambient"] or {}).get("not_carried", [])
+            return checked["skipped"] + loose, None
         except asyncio.TimeoutError:
             return None, f"the kernel did not answer within {DRY_RUN_TIMEOUT:g} s"
         except GpuPauseError as e:

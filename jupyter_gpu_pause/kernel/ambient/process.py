@@ -1,0 +1,401 @@
+"""The interpreter's own ambient state: Python's ``random``, ``warnings`` filters, the working
+folder, the environment variables and import paths the user's cells changed, and what cannot
+travel at all (threads, child processes, connections, asyncio tasks, open transactions).
+
+"Changed" is measured against the baseline the agent takes when it first sees the kernel, so
+what the server set when it started the kernel (``CUDA_VISIBLE_DEVICES``, ``JPY_SESSION_NAME``)
+is never carried, and a resumed kernel's server-given values are never overwritten.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+import threading
+import warnings
+
+from . import RANDOM_LAST
+
+# Environment variables the server or the kernel's launcher owns: never carried, whatever a
+# cell did to them (a carried CUDA_VISIBLE_DEVICES would override the resume's GPU grant).
+SERVER_OWNED = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
+SERVER_OWNED_PREFIXES = ("JPY_", "JUPYTER_", "KERNEL_", "NVIDIA_VISIBLE_", "GPU_PAUSE_")
+
+
+class PythonRandom:
+    """``random``'s global generator, exactly (``getstate``/``setstate``). Carried only once
+    something drew from it or seeded it since the baseline: a generator nobody used is as good
+    fresh.
+
+    IPython draws from that generator itself, for the "Tip:" of its banner, at every
+    ``kernel_info_request``: each frontend that connects (a browser tab, a resume's server
+    connections) would move the notebook's seeded sequence on. From the baseline on, the banner
+    leaves the generator as it found it (``_own_banner_draws``), so the notebook's draws depend
+    only on its cells."""
+
+    label = "random state"
+    order = RANDOM_LAST
+
+    def __init__(self):
+        self._start = None
+
+    def baseline(self) -> None:
+        _own_banner_draws()
+        self._start = random.getstate()
+
+    def capture(self):
+        state = random.getstate()
+        return None if state == self._start else state
+
+    def restore(self, state) -> None:
+        random.setstate(state)
+
+
+def _own_banner_draws() -> None:
+    """IPython's banner picks its tip with ``random.choice``: leave the generator as it was."""
+    try:
+        from IPython.core import interactiveshell
+    except ImportError:
+        return
+    pick = getattr(interactiveshell, "pick_tip", None)
+    if pick is None or getattr(pick, "_keeps_random", False):
+        return
+
+    def pick_tip():
+        state = random.getstate()
+        try:
+            return pick()
+        finally:
+            random.setstate(state)
+
+    pick_tip._keeps_random = True
+    interactiveshell.pick_tip = pick_tip
+
+
+class Warnings:
+    """The ``warnings`` filters, whole and in order (a filter a library added at import is
+    there in the new kernel too; putting back the same list is exact either way)."""
+
+    label = "warnings filters"
+
+    def __init__(self):
+        self._start = None
+
+    def baseline(self) -> None:
+        self._start = list(warnings.filters)
+
+    def capture(self):
+        filters = list(warnings.filters)
+        if filters == self._start:
+            return None
+        return filters
+
+    def restore(self, state) -> None:
+        warnings.filters[:] = state
+        warnings._filters_mutated()
+
+
+class WorkingFolder:
+    """``os.chdir``: the folder the notebook's cells were in."""
+
+    label = "working folder"
+    early = True
+
+    def __init__(self):
+        self._start = None
+
+    def baseline(self) -> None:
+        self._start = os.getcwd()
+
+    def capture(self):
+        cwd = os.getcwd()
+        return None if cwd == self._start else cwd
+
+    def restore(self, state):
+        try:
+            os.chdir(state)
+        except OSError as e:
+            return {
+                "restored": False,
+                "not_restored": [("working folder", f"{state} cannot be entered here: {e}")],
+            }
+        return None
+
+
+def _server_owned(key: str) -> bool:
+    return key in SERVER_OWNED or key.startswith(SERVER_OWNED_PREFIXES)
+
+
+class Environment:
+    """The environment variables the user's cells set, changed or removed (``os.environ``);
+    never the server's."""
+
+    label = "environment variables"
+    early = True
+
+    def __init__(self):
+        self._start: dict | None = None
+
+    def baseline(self) -> None:
+        self._start = dict(os.environ)
+
+    def given(self, environ: dict) -> None:
+        """The server set these for this kernel (a warm kernel's resume): they are not the
+        user's changes, now or at the next pause."""
+        if self._start is not None:
+            self._start.update({str(k): str(v) for k, v in environ.items()})
+
+    def capture(self):
+        if self._start is None:
+            return None
+        now = os.environ
+        changed = {k: v for k, v in now.items() if self._start.get(k) != v and not _server_owned(k)}
+        removed = [k for k in self._start if k not in now and not _server_owned(k)]
+        return {"set": changed, "unset": removed} if changed or removed else None
+
+    def restore(self, state):
+        skipped = []
+        for k, v in state["set"].items():
+            if _server_owned(k):
+                skipped.append((f"environment variable {k}", "set by the server for this kernel"))
+                continue
+            os.environ[k] = v
+        for k in state["unset"]:
+            if not _server_owned(k):
+                os.environ.pop(k, None)
+        # the baseline was taken before this: what was restored counts as changed next pause
+        return {"not_restored": skipped}
+
+
+class ImportPaths:
+    """Entries the user's cells added to ``sys.path`` (``sys.path.append('src')``), put back
+    in front of or after the new kernel's own as they were."""
+
+    label = "import paths"
+    early = True
+    order = 10
+
+    def __init__(self):
+        self._start: list | None = None
+
+    def baseline(self) -> None:
+        self._start = list(sys.path)
+
+    def capture(self):
+        if self._start is None:
+            return None
+        known = set(self._start)
+        first = next((i for i, p in enumerate(sys.path) if p in known), len(sys.path))
+        added = [(i < first, p) for i, p in enumerate(sys.path) if p not in known]
+        removed = [p for p in self._start if p not in sys.path]
+        if not added and not removed:
+            return None
+        return {
+            "front": [p for f, p in added if f],
+            "back": [p for f, p in added if not f],
+            "removed": removed,
+        }
+
+    def restore(self, state) -> None:
+        for p in state.get("removed", ()):
+            while p in sys.path:
+                sys.path.remove(p)
+        front = [p for p in state["front"] if p not in sys.path]
+        sys.path[:0] = front
+        sys.path.extend(p for p in state["back"] if p not in sys.path)
+
+
+# Threads of these packages are the kernel's own machinery, recreated by the new kernel.
+_OWN_THREADS = (
+    "ipykernel",
+    "IPython",
+    "jupyter_client",
+    "zmq",
+    "tornado",
+    "traitlets",
+    "jupyter_gpu_pause",
+    "comm",
+    "debugpy",
+    "tqdm",
+    "concurrent",
+    "asyncio",
+    "anyio",
+)
+
+
+def _thread_origin(t: threading.Thread) -> str:
+    target = getattr(t, "_target", None)
+    owner = target if target is not None else type(t).run
+    return getattr(owner, "__module__", None) or type(t).__module__ or ""
+
+
+class LooseEnds:
+    """What no checkpoint can carry, named before the pause so that nothing is lost silently:
+    running threads, child processes, open network connections, asyncio tasks, and open
+    database transactions of sqlite connections in the namespace."""
+
+    def capture(self):
+        return None
+
+    def restore(self, state) -> None:
+        return None
+
+    def not_carried(self) -> list[tuple[str, str]]:
+        out = []
+        for t in threading.enumerate():
+            if t is threading.main_thread() or not t.is_alive():
+                continue
+            if _thread_origin(t).partition(".")[0] in _OWN_THREADS:
+                continue
+            out.append(
+                (
+                    f"thread {t.name}",
+                    "a running thread cannot travel: it is not "
+                    "running after the resume (start it again)",
+                )
+            )
+        out += _children()
+        out += _connections()
+        out += _tasks()
+        out += _transactions()
+        return out
+
+
+def _children() -> list[tuple[str, str]]:
+    import psutil
+
+    out = []
+    for c in psutil.Process().children():
+        try:
+            if c.status() == psutil.STATUS_ZOMBIE:
+                continue
+            name = c.name()
+        except psutil.Error:
+            continue
+        out.append(
+            (
+                f"child process {c.pid} ({name})",
+                "a child process cannot travel: it "
+                "is stopped with the kernel and not started again",
+            )
+        )
+    return out
+
+
+def _kernel_ports() -> set[int]:
+    """The kernel's own ZeroMQ ports (its connection to the server)."""
+    try:
+        from ipykernel.kernelapp import IPKernelApp
+
+        if not IPKernelApp.initialized():
+            return set()
+        app = IPKernelApp.instance()
+        return {
+            int(getattr(app, f"{n}_port", 0) or 0)
+            for n in ("shell", "iopub", "stdin", "control", "hb")
+        } - {0}
+    except Exception:
+        return set()
+
+
+def _connections() -> list[tuple[str, str]]:
+    import psutil
+
+    ports = _kernel_ports()
+    proc = psutil.Process()
+    try:
+        conns = (
+            proc.net_connections(kind="inet")
+            if hasattr(proc, "net_connections")
+            else (proc.connections(kind="inet"))
+        )
+    except psutil.Error:
+        return []
+    out = []
+    for c in conns:
+        local = c.laddr.port if c.laddr else None
+        remote = c.raddr.port if c.raddr else None
+        if local in ports or remote in ports:
+            continue
+        if c.status == psutil.CONN_LISTEN:
+            out.append(
+                (
+                    f"listening socket :{local}",
+                    "a server socket cannot travel: nothing listens on it after the resume",
+                )
+            )
+        elif c.raddr:
+            out.append(
+                (
+                    f"connection to {c.raddr.ip}:{remote}",
+                    "an open network connection cannot travel: reconnect after the resume",
+                )
+            )
+    return out
+
+
+_OWN_TASK_FILES = (
+    "/ipykernel/",
+    "/tornado/",
+    "/zmq/",
+    "/jupyter_client/",
+    "/IPython/",
+    "/anyio/",
+    "/asyncio/",
+    "/jupyter_gpu_pause/",
+    "/comm/",
+)
+
+
+def _tasks() -> list[tuple[str, str]]:
+    import asyncio
+
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return []
+    out = []
+    for task in asyncio.all_tasks(loop):
+        if task.done() or task is asyncio.current_task(loop):
+            continue
+        coro = task.get_coro()
+        code = getattr(coro, "cr_code", None) or getattr(coro, "gi_code", None)
+        where = getattr(code, "co_filename", "") or ""
+        if any(part in where for part in _OWN_TASK_FILES):
+            continue
+        name = getattr(coro, "__qualname__", None) or task.get_name()
+        out.append(
+            (
+                f"asyncio task {name}",
+                "a running asyncio task cannot travel: it is not running after the resume",
+            )
+        )
+    return out
+
+
+def _transactions() -> list[tuple[str, str]]:
+    import sqlite3
+
+    try:
+        from IPython import get_ipython
+
+        ns = get_ipython().user_ns
+    except Exception:
+        return []
+    out = []
+    for name, value in list(ns.items()):
+        if isinstance(value, sqlite3.Connection):
+            try:
+                open_tx = value.in_transaction
+            except sqlite3.ProgrammingError:  # closed
+                continue
+            if open_tx:
+                out.append(
+                    (
+                        f"transaction of {name}",
+                        "an open database transaction cannot "
+                        "travel: commit it before the pause, or it is rolled back",
+                    )
+                )
+    return out

@@ -1,0 +1,243 @@
+"""As if it never paused (issue #33): a resumed notebook's next cells print what they would have
+printed, because the process state around the namespace travels with the checkpoint.
+
+Every test runs real ``jupyter server`` processes and real ipykernel kernels: a *reference*
+notebook that is never paused and a *subject* that runs the same cells, is paused and resumed
+through the REST API, then runs the same later cells. What the later cells show (their text,
+their rich output, their execution count) must be the same in both.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+from jupyter_client import BlockingKernelClient
+
+from tests.servers import WAIT, Server, nodes
+
+CONFIG = "c.GpuPauseApp.shutdown_checkpoint = 'none'\nc.GpuPauseApp.policies = []\n"
+
+
+class Shown:
+    """What a notebook shows of one cell: its execution count, printed text and rich output."""
+
+    def __init__(self):
+        self.parts: list = []
+
+    def __call__(self, msg: dict) -> None:
+        kind, content = msg["msg_type"], msg["content"]
+        if kind == "stream":
+            self.parts.append(("stream", content["text"]))
+        elif kind in ("execute_result", "display_data"):
+            data = content["data"]
+            keep = {k: data[k] for k in ("text/plain", "text/latex") if k in data}
+            if "image/png" in data:  # the figure's size, not its bytes
+                keep["image/png"] = content.get("metadata", {}).get("image/png") or "png"
+            self.parts.append((kind, keep))
+        elif kind == "error":
+            self.parts.append(("error", content["ename"], content["evalue"]))
+
+
+def cell(server: Server, kernel_id: str, code: str) -> tuple[int, list]:
+    """Run ``code`` as a notebook cell (stored in the history, counted); (its count, shown)."""
+    c = BlockingKernelClient(connection_file=str(server.runtime / f"kernel-{kernel_id}.json"))
+    c.load_connection_file()
+    c.start_channels()
+    shown = Shown()
+    try:
+        c.wait_for_ready(timeout=WAIT)
+        reply = c.execute_interactive(textwrap.dedent(code), output_hook=shown, timeout=WAIT)
+    finally:
+        c.stop_channels()
+    return reply["content"]["execution_count"], shown.parts
+
+
+# Cells of a notebook that changes the process around its namespace, as real notebooks do
+SETUP = [
+    """
+    import os, random, sys, warnings
+    import numpy as np, pandas as pd, torch
+    import matplotlib
+    import matplotlib.pyplot as plt
+    import sklearn
+    np.random.seed(42); random.seed(7); torch.manual_seed(3)
+    first = (np.random.rand(), random.random(), torch.rand(1).item())
+    """,
+    """
+    plt.rc("figure", figsize=(16, 8))
+    np.set_printoptions(precision=3, suppress=True)
+    pd.set_option("display.max_rows", 7)
+    sklearn.set_config(print_changed_only=False)
+    torch.set_default_dtype(torch.float64)
+    torch.set_printoptions(precision=2)
+    warnings.simplefilter("error", DeprecationWarning)
+    os.makedirs("work", exist_ok=True); os.chdir("work")
+    os.environ["MY_EXPERIMENT"] = "run-17"
+    sys.path.append(os.path.abspath("lib"))
+    """,
+    "%load_ext autoreload",
+    "%precision 3",
+    "%config InteractiveShell.ast_node_interactivity = 'last_expr_or_assign'",
+    """
+    import sympy
+    sympy.init_printing()
+    x = sympy.Symbol("x")
+    """,
+    "3 * 7",
+    "np.random.rand(2)",
+]
+LATER = [
+    "print(np.random.rand(3), random.random(), torch.rand(2))",
+    "print(plt.figure().get_size_inches()); plt.close('all')",
+    "np.array([1.123456, 2.0, 3e-9])",
+    "pd.DataFrame({'a': range(20)})",
+    "from sklearn.linear_model import LogisticRegression; print(LogisticRegression())",
+    "torch.tensor([1.0]).dtype",
+    """
+    try:
+        warnings.warn("old", DeprecationWarning); print("warned quietly")
+    except DeprecationWarning as e:
+        print("raised", e)
+    """,
+    "print(os.path.basename(os.getcwd()), os.environ.get('MY_EXPERIMENT'), sys.path[-1][-3:])",
+    "print('autoreload' in get_ipython().extension_manager.loaded)",
+    "print(get_ipython().display_formatter.formatters['text/plain'].float_precision)",
+    "y = 5",
+    "x**2 + 1",
+    "print(In[7], Out[7], _7, _)",
+]
+
+
+def _notebooks(server: Server, n: int) -> list[dict]:
+    return [server.open_notebook(f"nb{i}.ipynb") for i in range(n)]
+
+
+def _run_all(server: Server, kernel_id: str, cells: list[str]) -> list:
+    return [cell(server, kernel_id, code) for code in cells]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    s = Server(tmp_path_factory.mktemp("ambient"), CONFIG)
+    s.start()
+    yield s
+    s.stop()
+
+
+def test_the_next_cells_print_what_they_would_have_printed(server):
+    # Given a reference notebook and a subject that ran the same cells, each changing the
+    # process around the namespace (seeds, settings, IPython's extensions, formatters, history)
+    reference, subject = _notebooks(server, 2)
+    assert _run_all(server, reference["kernel_id"], SETUP) == _run_all(
+        server, subject["kernel_id"], SETUP
+    )
+    # When the subject is checked, paused and resumed
+    code, checked = server.api("POST", f"gpu-pause/api/sessions/{subject['id']}/check", {})
+    assert code == 200, checked
+    carried = set(checked["ambient"]["carried"])
+    assert {"numpy_random", "random", "torch_random", "matplotlib", "ipython_history"} <= carried
+    paused = server.pause(subject["id"])
+    back = server.resume(subject["id"])
+    # Then the resume says what came back, in words
+    around = back["restore"]["ambient"]
+    assert around["not_restored"] == [], around
+    assert {"numpy_random", "matplotlib", "pandas", "sklearn", "torch", "warnings"} <= set(
+        around["restored"]
+    )
+    assert around["rerun"] == ["cell [6]"], around
+    assert around["text"].startswith("Random state, "), around
+    assert "1 extension" in around["text"] and around["text"] in back["message"], back
+    assert paused["checkpoint"]["id"] == back["checkpoint"]["id"]
+    # And every later cell shows what it shows in the notebook that never paused, under the
+    # same execution count
+    expected = _run_all(server, reference["kernel_id"], LATER)
+    got = _run_all(server, back["kernel_id"], LATER)
+    for code_, want, have in zip(LATER, expected, got, strict=True):
+        assert have == want, code_
+    assert got[0][0] == len(SETUP) + 1
+    # (what the settings show, lest both sides show the defaults: %precision and %config,
+    # sympy's LaTeX, the figure size of plt.rc)
+    assert got[9][1] == [("stream", "3\n")], got[9]
+    assert got[10][1][0][1]["text/plain"] == "5", got[10]
+    assert "text/latex" in got[11][1][0][1], got[11]
+    assert got[1][1] == [("stream", "[16.  8.]\n")], got[1]
+
+
+def test_the_check_and_the_pause_name_what_cannot_travel(server):
+    # Given a notebook with a running thread, a child process and a listening socket
+    (nb,) = [server.open_notebook("loose.ipynb")]
+    cell(
+        server,
+        nb["kernel_id"],
+        """
+        import socket, subprocess, sys, threading
+        stop = threading.Event()
+        worker = threading.Thread(target=stop.wait, name="feeder", daemon=True)
+        worker.start()
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        listener = socket.socket(); listener.bind(("127.0.0.1", 0)); listener.listen()
+        """,
+    )
+    # When the check runs, then it names each of them with a reason, before any pause
+    code, checked = server.api("POST", f"gpu-pause/api/sessions/{nb['id']}/check", {})
+    assert code == 200, checked
+    loose = {x["name"]: x["reason"] for x in checked["ambient"]["not_carried"]}
+    assert "thread feeder" in loose
+    assert any(n.startswith("child process ") for n in loose), loose
+    assert any(n.startswith("listening socket :") for n in loose), loose
+    assert all("cannot travel" in r for r in loose.values()), loose
+    # And the pause says so too
+    paused = server.pause(nb["id"])
+    assert "will not continue after the resume: " in paused["message"], paused
+    assert "thread feeder" in paused["message"]
+    code, events = server.api("GET", f"gpu-pause/api/events?session_id={nb['id']}")
+    (event,) = [e for e in events["events"] if e["type"] == "paused"]
+    assert "thread feeder" in {x["name"] for x in event["detail"]["not_carried"]}
+
+
+def test_seeded_draws_continue_on_another_server_of_the_same_store(tmp_path):
+    # Given two servers sharing a store, a key and a queue folder, and a notebook on the first
+    # that seeds numpy, random and torch and draws once
+    shared = f"""
+c.GpuPauseApp.store_url = {str(tmp_path / "store")!r}
+c.GpuPauseApp.secret_file = {str(tmp_path / "secret")!r}
+c.GpuPauseApp.capacity_queue_url = {str(tmp_path / "queue")!r}
+c.GpuPauseApp.store_rescan_interval = 1.0
+{CONFIG}"""
+    seed = (
+        "import numpy as np, random, torch\nnp.random.seed(1); random.seed(2); torch.manual_seed(3)"
+    )
+    draw = "print(np.random.randint(0, 10**9, 4), random.getrandbits(48), torch.randint(9, (3,)))"
+    with nodes(tmp_path, shared) as (n1, n2):
+        reference, subject = n1.open_notebook("ref.ipynb"), n1.open_notebook("seeded.ipynb")
+        for nb in (reference, subject):
+            cell(n1, nb["kernel_id"], seed)
+            cell(n1, nb["kernel_id"], draw)
+        # When the subject is paused between two draws and resumed on the second server
+        n1.pause(subject["id"])
+        n2.wait_until(lambda: n2.sessions().get(subject["id"]), "the session on node 2")
+        back = n2.resume(subject["id"])
+        # Then its next draws are the very draws the unpaused notebook gets
+        for _ in range(2):
+            assert cell(n2, back["kernel_id"], draw)[1] == cell(n1, reference["kernel_id"], draw)[1]
+
+
+def test_with_the_setting_off_only_the_namespace_travels(tmp_path):
+    # Given a server with c.GpuPauseApp.ambient = False and a seeded notebook beside a reference
+    s = Server(tmp_path, CONFIG + "c.GpuPauseApp.ambient = False\n")
+    s.start()
+    try:
+        reference, subject = _notebooks(s, 2)
+        for nb in (reference, subject):
+            cell(s, nb["kernel_id"], "import numpy as np; np.random.seed(5); np.random.rand()")
+        # When the subject is paused and resumed
+        s.pause(subject["id"])
+        back = s.resume(subject["id"])
+        # Then nothing of the process came back: the draws and the counter start over
+        assert back["restore"]["ambient"] is None
+        draw = "print(np.random.rand())"
+        count, shown = cell(s, back["kernel_id"], draw)
+        assert count == 1 and shown != cell(s, reference["kernel_id"], draw)[1]
+    finally:
+        s.stop()
