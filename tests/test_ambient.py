@@ -9,6 +9,7 @@ their rich output, their execution count) must be the same in both.
 
 from __future__ import annotations
 
+import os
 import textwrap
 
 import pytest
@@ -117,9 +118,42 @@ def _run_all(server: Server, kernel_id: str, cells: list[str]) -> list:
     return [cell(server, kernel_id, code) for code in cells]
 
 
+# A package of someone else's that carries its own process state, installed as pip installs
+# one (a dist-info with its entry points) on the kernel's path; and one whose provider is broken.
+ACME = """
+SETTINGS = {"level": 1}
+
+
+class Provider:
+    label = "acme settings"
+
+    def capture(self):
+        return dict(SETTINGS) if SETTINGS != {"level": 1} else None
+
+    def restore(self, state):
+        SETTINGS.clear()
+        SETTINGS.update(state)
+"""
+ENTRY_POINTS = """[jupyter_gpu_pause.ambient]
+acme = acme_settings:Provider
+broken = acme_settings:Missing
+"""
+
+
+def _install_acme(site) -> None:
+    (site / "acme_settings.py").write_text(ACME)
+    info = site / "acme_settings-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: acme-settings\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(ENTRY_POINTS)
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     s = Server(tmp_path_factory.mktemp("ambient"), CONFIG)
+    site = tmp_path_factory.mktemp("site")
+    _install_acme(site)
+    s.env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), s.env.get("PYTHONPATH")]))
     s.start()
     yield s
     s.stop()
@@ -182,7 +216,11 @@ def test_the_check_and_the_pause_name_what_cannot_travel(server):
     # When the check runs, then it names each of them with a reason, before any pause
     code, checked = server.api("POST", f"gpu-pause/api/sessions/{nb['id']}/check", {})
     assert code == 200, checked
-    loose = {x["name"]: x["reason"] for x in checked["ambient"]["not_carried"]}
+    loose = {
+        x["name"]: x["reason"]
+        for x in checked["ambient"]["not_carried"]
+        if x["name"] != "broken"  # the broken provider of the package installed above
+    }
     assert "thread feeder" in loose
     assert any(n.startswith("child process ") for n in loose), loose
     assert any(n.startswith("listening socket :") for n in loose), loose
@@ -241,3 +279,24 @@ def test_with_the_setting_off_only_the_namespace_travels(tmp_path):
         assert count == 1 and shown != cell(s, reference["kernel_id"], draw)[1]
     finally:
         s.stop()
+
+
+def test_a_package_carries_its_own_state_through_the_entry_point_group(server):
+    # Given a notebook that changed the settings of a package with an ambient provider of its
+    # own (entry point group jupyter_gpu_pause.ambient), beside a package whose provider is broken
+    nb = server.open_notebook("acme.ipynb")
+    cell(server, nb["kernel_id"], "import acme_settings; acme_settings.SETTINGS['level'] = 5")
+    # When it is checked, then the package's state is carried and the broken one named
+    code, checked = server.api("POST", f"gpu-pause/api/sessions/{nb['id']}/check", {})
+    assert code == 200, checked
+    assert "acme" in checked["ambient"]["carried"]
+    (broken,) = [x for x in checked["ambient"]["not_carried"] if x["name"] == "broken"]
+    assert "did not load" in broken["reason"], broken
+    # When it is paused and resumed, then the package's settings are as the notebook left them
+    server.pause(nb["id"])
+    back = server.resume(nb["id"])
+    assert "acme" in back["restore"]["ambient"]["restored"]
+    assert back["restore"]["ambient"]["text"] == "2 other settings restored"  # and history
+    assert cell(server, back["kernel_id"], "print(acme_settings.SETTINGS)")[1] == [
+        ("stream", "{'level': 5}\n")
+    ]

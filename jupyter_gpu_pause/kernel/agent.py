@@ -292,6 +292,8 @@ def capture(params: dict) -> None:
         result["kernel"]["packages"] = ",".join(plan.packages)[:MAX_TEXT]
         result["registered"] = api.registered()
         result["unverified"] = plan.unverified
+        if plan.ambient_report is not None:  # what capturing the process state cost
+            result["ambient_seconds"] = plan.ambient_report["seconds"]
     except CaptureError as e:
         _fail(str(e), e.reason)
     except StoreError as e:

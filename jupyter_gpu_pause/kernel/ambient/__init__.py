@@ -180,7 +180,13 @@ class Restoring:
     report's ``ambient``."""
 
     def __init__(self, blob: bytes | None, problem: str | None = None):
-        self.report: dict = {"restored": [], "rerun": [], "not_restored": [], "text": None}
+        self.report: dict = {
+            "restored": [],
+            "rerun": [],
+            "not_restored": [],
+            "text": None,
+            "seconds": 0.0,
+        }
         self._labels: list[str] = []
         self._states: dict[str, bytes] = {}
         if problem is not None:
@@ -220,6 +226,15 @@ class Restoring:
         return self.report
 
     def _run(self, which) -> None:
+        started = time.perf_counter()
+        try:
+            self._each(which)
+        finally:
+            self.report["seconds"] = round(
+                self.report["seconds"] + time.perf_counter() - started, 6
+            )
+
+    def _each(self, which) -> None:
         for name, p in providers():
             if name not in self._states or not which(p):
                 continue

@@ -232,8 +232,19 @@ def _thread_origin(t: threading.Thread) -> str:
 
 class LooseEnds:
     """What no checkpoint can carry, named before the pause so that nothing is lost silently:
-    running threads, child processes, open network connections, asyncio tasks, and open
-    database transactions of sqlite connections in the namespace."""
+    running threads, child processes, listening sockets and open connections, asyncio tasks,
+    and open transactions of sqlite connections in the namespace. What the kernel had before
+    its first cell (its own threads and sockets; the baseline) is not the notebook's."""
+
+    def __init__(self):
+        self._threads: set[int] = set()
+        self._children: set[int] = set()
+        self._sockets: set = set()
+
+    def baseline(self) -> None:
+        self._threads = {t.ident for t in threading.enumerate() if t.ident is not None}
+        self._children = {pid for pid, _name in _child_processes()}
+        self._sockets = {(listening, local) for listening, local, _peer in _inet_sockets()}
 
     def capture(self):
         return None
@@ -244,7 +255,7 @@ class LooseEnds:
     def not_carried(self) -> list[tuple[str, str]]:
         out = []
         for t in threading.enumerate():
-            if t is threading.main_thread() or not t.is_alive():
+            if t is threading.main_thread() or not t.is_alive() or t.ident in self._threads:
                 continue
             if _thread_origin(t).partition(".")[0] in _OWN_THREADS:
                 continue
@@ -255,80 +266,110 @@ class LooseEnds:
                     "running after the resume (start it again)",
                 )
             )
-        out += _children()
-        out += _connections()
+        out += [
+            (
+                f"child process {pid} ({name})",
+                "a child process cannot travel: it is stopped with the kernel and not started "
+                "again",
+            )
+            for pid, name in _child_processes()
+            if pid not in self._children
+        ]
+        out += _connections(self._sockets)
         out += _tasks()
         out += _transactions()
         return out
 
 
-def _children() -> list[tuple[str, str]]:
+def _child_processes() -> list[tuple[int, str]]:
+    """(pid, name) of the kernel's live child processes."""
     import psutil
 
     out = []
     for c in psutil.Process().children():
         try:
-            if c.status() == psutil.STATUS_ZOMBIE:
-                continue
-            name = c.name()
+            if c.status() != psutil.STATUS_ZOMBIE:
+                out.append((c.pid, c.name()))
         except psutil.Error:
             continue
-        out.append(
-            (
-                f"child process {c.pid} ({name})",
-                "a child process cannot travel: it "
-                "is stopped with the kernel and not started again",
-            )
-        )
     return out
 
 
+_ports: set[int] | None = None
+
+
 def _kernel_ports() -> set[int]:
-    """The kernel's own ZeroMQ ports (its connection to the server)."""
-    try:
-        from ipykernel.kernelapp import IPKernelApp
+    """The kernel's own ZeroMQ ports (its connection to the server), looked up once."""
+    global _ports
+    if _ports is None:
+        try:
+            from ipykernel.kernelapp import IPKernelApp
 
-        if not IPKernelApp.initialized():
-            return set()
-        app = IPKernelApp.instance()
-        return {
-            int(getattr(app, f"{n}_port", 0) or 0)
-            for n in ("shell", "iopub", "stdin", "control", "hb")
-        } - {0}
-    except Exception:
-        return set()
+            app = IPKernelApp.instance() if IPKernelApp.initialized() else None
+            names = ("shell", "iopub", "stdin", "control", "hb")
+            _ports = {int(getattr(app, f"{n}_port", 0) or 0) for n in names} - {0}
+        except Exception:
+            _ports = set()
+    return _ports
 
 
-def _connections() -> list[tuple[str, str]]:
-    import psutil
+def _inet_sockets():
+    """(listening, local port, peer or None) of each TCP/UDP socket this process holds.
 
-    ports = _kernel_ports()
-    proc = psutil.Process()
-    try:
-        conns = (
-            proc.net_connections(kind="inet")
-            if hasattr(proc, "net_connections")
-            else (proc.connections(kind="inet"))
-        )
-    except psutil.Error:
-        return []
-    out = []
-    for c in conns:
-        local = c.laddr.port if c.laddr else None
-        remote = c.raddr.port if c.raddr else None
-        if local in ports or remote in ports:
+    Read from the descriptors themselves (a duplicate of each, inspected and closed), not from
+    ``/proc/net/tcp``: that table lists every socket of the machine, and reading it took 77 ms
+    on a busy test machine, more than a whole capture may."""
+    import socket
+
+    fds = "/proc/self/fd"
+    if not os.path.isdir(fds):
+        return
+    for name in os.listdir(fds):
+        try:
+            if not os.readlink(f"{fds}/{name}").startswith("socket:"):
+                continue
+            dup = os.dup(int(name))
+        except (OSError, ValueError):
             continue
-        if c.status == psutil.CONN_LISTEN:
+        try:
+            sock = socket.socket(fileno=dup)
+        except OSError:
+            os.close(dup)
+            continue
+        with sock:
+            if sock.family not in (socket.AF_INET, socket.AF_INET6):
+                continue
+            try:
+                local = sock.getsockname()[1]
+                listening = bool(sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN))
+            except OSError:
+                continue
+            try:
+                peer = sock.getpeername()[:2]
+            except OSError:
+                peer = None
+            yield listening, local, peer
+
+
+def _connections(known: set) -> list[tuple[str, str]]:
+    """Sockets of the notebook's: not the kernel's own ports, nor one it had before its first
+    cell (``known``: (listening, local port))."""
+    ports = _kernel_ports()
+    out = []
+    for listening, local, peer in _inet_sockets():
+        if local in ports or (peer and peer[1] in ports) or (listening, local) in known:
+            continue
+        if listening:
             out.append(
                 (
                     f"listening socket :{local}",
                     "a server socket cannot travel: nothing listens on it after the resume",
                 )
             )
-        elif c.raddr:
+        elif peer:
             out.append(
                 (
-                    f"connection to {c.raddr.ip}:{remote}",
+                    f"connection to {peer[0]}:{peer[1]}",
                     "an open network connection cannot travel: reconnect after the resume",
                 )
             )

@@ -1,5 +1,6 @@
 """What the server accepts of the agent's replies beyond the checkpoint itself (checked by
-``store.schema``): the restore report and the rebuild plans. The kernel runs user code, so a
+``store.schema``): the dry run's report, the restore report (with its ambient state) and the
+rebuild plans. The kernel runs user code, so a
 reply is read only through these checks, and only the fields the session and the UI rely on
 pass, trimmed.
 """
@@ -28,6 +29,70 @@ def pairs(items, second: str) -> bool:
         isinstance(i, dict) and isinstance(i.get("name"), str) and isinstance(i.get(second), str)
         for i in items
     )
+
+
+def unverified_of(raw) -> dict | None:
+    """The agent's ``unverified`` ({"reason", "names"}: saved, but its test-restore could not
+    judge them, ``kernel/trial.py``) if well formed, with short texts; else None."""
+    if not isinstance(raw, dict):
+        return None
+    reason, names = raw.get("reason"), raw.get("names")
+    if not isinstance(reason, str) or not isinstance(names, list):
+        return None
+    if not all(isinstance(n, str) for n in names):
+        return None
+    return {"reason": reason[:500], "names": [n[:200] for n in names]}
+
+
+def ambient_of(raw) -> dict | None:
+    """The agent's ``ambient`` ({"carried": [names], "not_carried": [{"name", "reason"}]}: what
+    of the process around the namespace a pause carries, and what cannot travel) if well
+    formed, with short texts; else None."""
+    if not isinstance(raw, dict):
+        return None
+    carried, loose = raw.get("carried"), raw.get("not_carried")
+    if not (isinstance(carried, list) and all(isinstance(n, str) for n in carried)):
+        return None
+    if not pairs(loose, "reason"):
+        return None
+    return {
+        "carried": [n[:200] for n in carried],
+        "not_carried": [{"name": x["name"][:200], "reason": x["reason"][:500]} for x in loose],
+    }
+
+
+def check_report(report: dict) -> dict:
+    """The agent's dry-run report as the REST answer, if it has the expected shape."""
+    objects, skipped, size = report.get("objects"), report.get("skipped"), report.get("bytes")
+    error, registered = report.get("error"), report.get("registered", [])
+    unverified = report.get("unverified")
+    well_formed = (
+        isinstance(objects, list)
+        and all(isinstance(o, dict) and isinstance(o.get("name"), str) for o in objects)
+        and isinstance(skipped, list)
+        and all(isinstance(x, dict) and isinstance(x.get("name"), str) for x in skipped)
+        and isinstance(size, int)
+        and (error is None or isinstance(error, str))
+        and isinstance(registered, list)
+        and (unverified is None or unverified_of(unverified) is not None)
+        and (report.get("ambient") is None or ambient_of(report["ambient"]) is not None)
+    )
+    if not well_formed:
+        raise AgentFailed(
+            "the kernel's agent sent a check report the server cannot read", "bad-agent-reply"
+        )
+    return {
+        "objects": objects,
+        "skipped": skipped,
+        "registered": registered,
+        "bytes": size,
+        "error": error,
+        # saved but not test-restored (a timeout, no fork, a fenced effect), or None
+        "unverified": unverified_of(unverified),
+        # what of the process state a pause carries, and what cannot travel; None when the
+        # setting is off
+        "ambient": ambient_of(report.get("ambient")),
+    }
 
 
 def check_offer(offer) -> dict | None:
@@ -102,6 +167,8 @@ def check_ambient(raw) -> dict | None:
         return None
     if not (pairs(raw.get("not_restored"), "reason") and _text(text)):
         return None
+    if not _number(raw.get("seconds")):
+        return None
     return {
         "restored": [n[:200] for n in restored],
         "rerun": [n[:200] for n in rerun],
@@ -109,6 +176,7 @@ def check_ambient(raw) -> dict | None:
             {"name": x["name"][:200], "reason": x["reason"][:500]} for x in raw["not_restored"]
         ],
         "text": text[:500] if text else None,
+        "seconds": raw.get("seconds"),  # what restoring it cost in the kernel
     }
 
 

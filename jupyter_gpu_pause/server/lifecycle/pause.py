@@ -21,13 +21,13 @@ import asyncio
 from ...store.format import new_checkpoint_id
 from ...store.schema import check_capture
 from ...units import count_text, size_text
+from ..kernels.replies import unverified_of
 from ..state.checkpoints import checkpoint_brief
 from ..state.clock import PhaseClock
 from ..state.errors import KernelDied, failure
 from ..state.event_types import EventType
 from ..state.model import Session, gpu_device_count
 from ..suspend.session import Suspension
-from .check import unverified_of
 from .context import PauseContext, progress_into
 from .operations import Op
 
@@ -40,6 +40,7 @@ class Pause:
         self.clock = PhaseClock()  # the events' phase timings (docs/metrics.md)
         self.gpu_released: float | None = None  # seconds from the request to the shutdown
         self.unverified: dict | None = None  # saved but not test-restored (kernel/trial.py)
+        self.ambient_seconds: float | None = None  # what capturing the process state cost
         self.suspension: Suspension | None = None  # under the suspend tier, a GPU session's
         self.kept: str | None = None  # kept suspended after the commit, until: why let go
         self.exit: str | None = None  # how the kernel stopped: "killed" | "graceful: <why>"
@@ -173,6 +174,8 @@ class Pause:
         self.clock.enter("commit")
         check_capture(result)  # the kernel runs user code: nothing it says is signed unchecked
         self.unverified = unverified_of(result.get("unverified"))
+        seconds = result.get("ambient_seconds")
+        self.ambient_seconds = seconds if isinstance(seconds, int | float) else None
         s.progress = {"phase": "verifying", "done_bytes": 0, "total_bytes": None}
         kernel_meta = {
             **result["kernel"],
@@ -241,6 +244,7 @@ class Pause:
             bytes=manifest.total_bytes,
             skipped=skipped,
             not_carried=loose,
+            ambient_seconds=self.ambient_seconds,
             message=s.message,
             suspended=self.op.suspended,
             not_suspended=self.suspension.why_not if self.suspension else None,

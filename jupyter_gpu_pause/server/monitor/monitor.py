@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 
 from ...store.format import iso, utcnow
 from ..capacity.probes import GpuProbe, process_tree
-from ..lifecycle.check import check_report
+from ..kernels.replies import check_report
 from ..lifecycle.lifecycle import Lifecycle
 from ..state.errors import BadRequest, GpuPauseError, WrongState
 from ..state.event_types import EventType
