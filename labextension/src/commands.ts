@@ -209,8 +209,10 @@ export function addCommands(options: ICommandsOptions): IDisposable {
   );
 
   /**
-   * Ask before a pause: always when some variables cannot be saved (they
-   * are listed), else when the user's setting says so.
+   * Ask before a pause: always when some variables cannot be saved or some
+   * of the kernel's state will not continue after the resume (a running
+   * thread, a child process…; they are listed), else when the user's
+   * setting says so.
    */
   const confirmPause = async (session: ISession): Promise<boolean> => {
     const check = await api.check(session.id).catch(() => null);
@@ -228,17 +230,21 @@ export function addCommands(options: ICommandsOptions): IDisposable {
       return false;
     }
     const skipped = check?.skipped ?? [];
-    if (!skipped.length && !options.settings().confirmBeforePause) {
+    const notCarried = check?.ambient?.not_carried ?? [];
+    const lost = skipped.length > 0 || notCarried.length > 0;
+    if (!lost && !options.settings().confirmBeforePause) {
       return true;
     }
     const result = await showDialog({
       title: skipped.length
         ? trans.__('Some variables cannot be saved')
-        : trans.__('Pause kernel?'),
+        : notCarried.length
+          ? trans.__('Some state will not continue after the resume')
+          : trans.__('Pause kernel?'),
       body: Private.pauseBody(session, check, trans),
       buttons: [
         Dialog.cancelButton({ label: trans.__('Cancel') }),
-        skipped.length
+        lost
           ? Dialog.warnButton({ label: trans.__('Pause anyway') })
           : Dialog.okButton({ label: trans.__('Pause') })
       ]
@@ -488,7 +494,9 @@ namespace Private {
 
   /**
    * The body of the pause dialog: what will happen and, when some
-   * variables cannot be saved, which ones and why.
+   * variables cannot be saved, which ones and why; when some of the
+   * kernel's state cannot travel (a running thread, a child process, an
+   * open connection…), what and why.
    */
   export function pauseBody(
     session: ISession,
@@ -510,19 +518,37 @@ namespace Private {
         'These variables cannot be saved and will be lost:'
       );
       node.appendChild(warn);
-      const list = document.createElement('ul');
-      list.className = 'jp-GpuPause-skipped';
-      for (const item of skipped) {
-        const li = document.createElement('li');
-        const name = document.createElement('code');
-        name.textContent = item.name;
-        li.appendChild(name);
-        li.appendChild(document.createTextNode(` — ${item.reason}`));
-        list.appendChild(li);
-      }
-      node.appendChild(list);
+      node.appendChild(reasonList(skipped, 'jp-GpuPause-skipped'));
+    }
+    const notCarried = check?.ambient?.not_carried ?? [];
+    if (notCarried.length) {
+      const heading = document.createElement('p');
+      heading.className = 'jp-GpuPause-notCarriedHeading';
+      heading.textContent = trans.__('Will not continue after the resume:');
+      node.appendChild(heading);
+      node.appendChild(reasonList(notCarried, 'jp-GpuPause-notCarried'));
     }
     return new Widget({ node });
+  }
+
+  /**
+   * A list of names, each as code followed by why.
+   */
+  function reasonList(
+    items: ReadonlyArray<{ name: string; reason: string }>,
+    className: string
+  ): HTMLUListElement {
+    const list = document.createElement('ul');
+    list.className = className;
+    for (const item of items) {
+      const li = document.createElement('li');
+      const name = document.createElement('code');
+      name.textContent = item.name;
+      li.appendChild(name);
+      li.appendChild(document.createTextNode(` — ${item.reason}`));
+      list.appendChild(li);
+    }
+    return list;
   }
 
   /**

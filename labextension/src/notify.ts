@@ -13,6 +13,7 @@ import type { TranslationBundle } from '@jupyterlab/translation';
 import { CommandRegistry } from '@lumino/commands';
 
 import { isCapacityTimeout, offersCpuResume } from './actions';
+import { notCarriedText } from './ambientText';
 import { notebookPath } from './commands';
 import { bytesText, errorText, sentence } from './format';
 import { ModelEventListener } from './eventListener';
@@ -21,6 +22,7 @@ import {
   failureText,
   fileName,
   pauseFailedText,
+  resumedAmbient,
   resumedText,
   skippedText,
   suspendedEventText,
@@ -30,6 +32,7 @@ import { reattach } from './reattach';
 import { resumeInPlaceHint } from './suspendText';
 import {
   CommandIDs,
+  IAmbientItem,
   IEvent,
   ISession,
   ISessionCommandArgs,
@@ -265,7 +268,12 @@ export class EventNotifier extends ModelEventListener {
               'Paused %1: %2 saved, GPU released.',
               path,
               bytesText(event.detail.bytes as number)
-            ) + skippedText(event.detail.skipped, trans),
+            ) +
+              skippedText(event.detail.skipped, trans) +
+              notCarriedText(
+                event.detail.not_carried as IAmbientItem[] | undefined,
+                trans
+              ),
             {
               autoClose: byPolicy ? false : 6000,
               actions: [
@@ -305,12 +313,7 @@ export class EventNotifier extends ModelEventListener {
       }
       case 'resumed':
         this._told.set(sessionId, 'resumed');
-        this._outcome(
-          sessionId,
-          Notification.success(resumedText(path, event, trans), {
-            autoClose: 6000
-          })
-        );
+        this._resumed(event, path, session);
         if (session) {
           void reattach(
             this._options.tracker,
@@ -371,6 +374,37 @@ export class EventNotifier extends ModelEventListener {
         // the session as it is once it refreshes.
         break;
     }
+  }
+
+  /**
+   * The toast of a resume. When some of the kernel's ambient state did not
+   * come back (a thread no longer runs…), it stays longer, and "Show
+   * details" opens the panel, whose row lists each with why (a toast shows
+   * 140 characters); its tooltip lists them too.
+   */
+  private _resumed(event: IEvent, path: string, session: ISession | null) {
+    const { commands, trans } = this._options;
+    const ambient = resumedAmbient(event, session);
+    const lost = ambient?.not_restored ?? [];
+    const actions: Notification.IAction[] = lost.length
+      ? [
+          {
+            label: trans.__('Show details'),
+            caption: trans.__(
+              'Not restored:\n%1',
+              lost.map(item => `${item.name}: ${item.reason}`).join('\n')
+            ),
+            callback: () => void commands.execute(CommandIDs.openPanel)
+          }
+        ]
+      : [];
+    this._outcome(
+      event.session_id,
+      Notification.success(resumedText(path, event, trans, ambient), {
+        autoClose: lost.length ? 15000 : 6000,
+        actions
+      })
+    );
   }
 
   /**

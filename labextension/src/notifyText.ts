@@ -6,9 +6,21 @@
  */
 import type { TranslationBundle } from '@jupyterlab/translation';
 
+import { ambientRestoreText } from './ambientText';
 import { bytesText, durationText, errorText, sentence } from './format';
 import { secondsText } from './suspendText';
-import { IEvent, IRebuildPlan, ISession, ISkippedObject } from './tokens';
+import {
+  IEvent,
+  IRebuildPlan,
+  IRestoreAmbient,
+  ISession,
+  ISkippedObject
+} from './tokens';
+
+/**
+ * How many characters of a notification JupyterLab shows; it cuts the rest.
+ */
+const TOAST_LENGTH = 140;
 
 /**
  * The file name of a path: it keeps a toast short.
@@ -19,15 +31,17 @@ export function fileName(path: string): string {
 
 /**
  * The toast of a resume: in place (a suspended kernel back on a GPU), or
- * where the kernel runs when that is not a GPU; and how long it waited in
- * line, when it did.
+ * where the kernel runs when that is not a GPU; what came back of the
+ * kernel's ambient state (`ambient`, see {@link resumedAmbient}) and what
+ * could not, with why; and how long it waited in line, when it did.
  */
 export function resumedText(
   path: string,
   event: IEvent,
-  trans: TranslationBundle
+  trans: TranslationBundle,
+  ambient: IRestoreAmbient | null = null
 ): string {
-  const message = sentence(withoutPlan(event));
+  const message = sentence(withoutAmbient(withoutPlan(event), ambient));
   let text =
     event.detail.in_place === true
       ? trans.__(
@@ -37,12 +51,62 @@ export function resumedText(
       : event.detail.device === 'cpu'
         ? trans.__('Resumed %1 on the CPU. %2', path, message)
         : trans.__('Resumed %1. %2', path, message);
+  const extra = ambientRestoreText(ambient, trans, message);
+  if (extra) {
+    text = `${text.trim()} ${extra}`;
+  }
   const waited = Number(event.detail.waited_seconds);
   if (waited >= 1) {
     text +=
       ' ' + trans.__('It waited %1 for a GPU.', durationText(waited, trans));
   }
+  // The checkpoint's id tells a user nothing a toast needs: it gives its
+  // room to what came back when the whole would be cut.
+  const id = event.detail.checkpoint_id;
+  if (text.length > TOAST_LENGTH && typeof id === 'string' && id) {
+    text = text.replace(` from checkpoint ${id}`, '');
+  }
   return text.trim();
+}
+
+/**
+ * A `resumed` event's message without the ambient part the server ends it
+ * with (". Random state restored; 1 part … not restored: thread worker-1"),
+ * before any rebuild plan: the toast says it itself, each name with why.
+ */
+function withoutAmbient(
+  message: string,
+  ambient: IRestoreAmbient | null
+): string {
+  if (!ambient) {
+    return message;
+  }
+  const names = (ambient.not_restored ?? []).map(x => x.name).join(', ');
+  const tail =
+    (ambient.text ? `. ${ambient.text}` : '') + (names ? `: ${names}` : '');
+  return tail && message.endsWith(tail)
+    ? message.slice(0, -tail.length)
+    : message;
+}
+
+/**
+ * The ambient state a `resumed` event restored: the event's own when it
+ * carries one, else the session's restore report when that is the same
+ * resume (same checkpoint); `null` from an older server or agent.
+ */
+export function resumedAmbient(
+  event: IEvent,
+  session: ISession | null
+): IRestoreAmbient | null {
+  if (event.detail.ambient !== undefined) {
+    return (event.detail.ambient as IRestoreAmbient | null) ?? null;
+  }
+  const restore = session?.restore;
+  const checkpoint = event.detail.checkpoint_id;
+  if (!restore || !checkpoint || restore.checkpoint_id !== checkpoint) {
+    return null;
+  }
+  return restore.ambient ?? null;
 }
 
 /**

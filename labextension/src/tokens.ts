@@ -8,12 +8,18 @@
 import { Token } from '@lumino/coreutils';
 import type { ISignal } from '@lumino/signaling';
 
+import type { ICheckAmbient, IRestoreAmbient } from './ambientTypes';
 import type { GpuPauseAPI } from './api';
 import type { SessionsModel } from './model';
 import type { IRebuildPlan } from './rebuildTypes';
 import type { IAccounting } from './reportTypes';
 import type { ISuspended } from './suspendTypes';
 
+export type {
+  IAmbientItem,
+  ICheckAmbient,
+  IRestoreAmbient
+} from './ambientTypes';
 export type {
   IRebuildCell,
   IRebuildFailedDetail,
@@ -284,6 +290,11 @@ export interface IRestoreReport {
   failed?: ISkippedObject[];
   /** How re-run cells can make what did not come back; `null`: nothing to. */
   rebuild?: IRebuildPlan | null;
+  /**
+   * The kernel's ambient state: what came back, what was re-run, what
+   * could not; absent or `null` from an older agent or with it turned off.
+   */
+  ambient?: IRestoreAmbient | null;
 }
 
 /**
@@ -450,6 +461,11 @@ export interface ICheckReport {
   registered?: string[];
   /** Why a pause would fail (a registered name cannot be saved); `null` when it would not. */
   error?: string | null;
+  /**
+   * The kernel's ambient state: what would travel and what would not
+   * continue after the resume; absent or `null` from an older agent.
+   */
+  ambient?: ICheckAmbient | null;
 }
 
 /**

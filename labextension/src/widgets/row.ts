@@ -5,6 +5,7 @@
  */
 import type { TranslationBundle } from '@jupyterlab/translation';
 
+import { ambientRestoreText } from '../ambientText';
 import {
   isRebuilding,
   rebuildOffer,
@@ -158,7 +159,8 @@ export class SessionRow {
   /**
    * The row's sentence. A running session's server message restates what
    * the details line shows, so the row says what matters instead: why the
-   * last pause failed, or what the last resume restored and what not.
+   * last pause failed, or what the last resume restored and what not (of
+   * the variables and of the kernel's ambient state).
    */
   private _messageText(session: ISession, error: string, now: number): string {
     const trans = this._trans;
@@ -196,7 +198,9 @@ export class SessionRow {
           restore.failed.map(f => `${f.name} (${f.reason})`).join('; ')
         );
     }
-    return text;
+    // The kernel's ambient state: its sentence, and what did not come back.
+    const ambient = ambientRestoreText(restore.ambient, trans);
+    return ambient ? `${text} ${ambient}` : text;
   }
 
   private _detailsText(session: ISession, now: number): string {

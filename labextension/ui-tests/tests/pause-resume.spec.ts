@@ -1,8 +1,11 @@
 /**
  * The researcher's loop in a real Lab, a real server and real kernels:
  * build a small torch model, pause from the notebook toolbar, resume, and
- * the next cell sees the model. Also the pause dialog for a variable that
- * cannot be saved, and a failed resume rendering what happened.
+ * the next cell sees the model; a seeded generator, a plotting default and
+ * a worker thread: the dialog names the thread first, the resume says what
+ * came back, and the next draw is an unpaused run's. Also the pause dialog
+ * for a variable that cannot be saved, and a failed resume rendering what
+ * happened.
  */
 import * as fs from 'fs';
 import * as path from 'path';
@@ -105,6 +108,95 @@ test('pause from the toolbar, resume, and the next cell sees the model', async (
   const check = await appendAndRun(page, CHECK_CELL);
   expect(await cellOutput(page, check)).toBe(`${before} ${before}`);
   await snap(page, '04-restored-cell');
+});
+
+const AMBIENT_CELL = [
+  'import random, threading, time',
+  'import matplotlib',
+  'random.seed(7)',
+  "matplotlib.rcParams['figure.figsize'] = (16, 8)",
+  'twin = random.Random(7)',
+  'first, expected = twin.random(), twin.random()',
+  'print(random.random() == first)',
+  "threading.Thread(target=time.sleep, args=(3600,), name='worker-1', daemon=True).start()"
+].join('\n');
+
+const AMBIENT_CHECK =
+  "print(random.random() == expected, list(matplotlib.rcParams['figure.figsize']))";
+
+test('the state around the variables travels, and what cannot is named first', async ({
+  page,
+  request
+}) => {
+  test.setTimeout(240 * 1000);
+  const notebook = 'seeded.ipynb';
+
+  // Given a notebook that seeded `random`, set a plotting default and
+  // started a worker thread
+  await page.notebook.createNew(notebook);
+  await page.notebook.setCell(0, 'code', AMBIENT_CELL);
+  await runAndWait(page, 0);
+  expect(await cellOutput(page, 0)).toBe('True');
+  await openPanel(page);
+  const line = row(page, notebook);
+  // (Lab renames the new notebook's session after its kernel starts; with
+  // the event bus live and nothing else moving, the panel polls every 30 s)
+  await expect(line).toBeVisible({ timeout: 45 * 1000 });
+
+  // When the user clicks Pause
+  await toolbarButton(page).click();
+
+  // Then the dialog names the thread, which will not run after the resume
+  const dialog = page.locator('.jp-Dialog');
+  await expect(dialog).toContainText(
+    'Some state will not continue after the resume'
+  );
+  await expect(dialog).toContainText('Will not continue after the resume:');
+  await expect(
+    dialog
+      .locator('.jp-GpuPause-notCarried li')
+      .filter({ hasText: 'thread worker-1' })
+  ).toContainText('a running thread cannot travel');
+  await snap(page, '22-not-carried-dialog');
+
+  // When the user pauses anyway, then resumes
+  await dialog.getByRole('button', { name: 'Pause anyway' }).click();
+  await expect(line.locator('.jp-GpuPause-badge')).toHaveText('paused', {
+    timeout: 60 * 1000
+  });
+  await toolbarButton(page).click();
+  await expect(line.locator('.jp-GpuPause-badge')).toHaveText(/active|idle/, {
+    timeout: 90 * 1000
+  });
+
+  // Then the resume's toast says the random state and the plotting settings
+  // came back, as the server's report does
+  const resumed = await serverSession(request, notebook);
+  const text: string = resumed.restore.ambient.text;
+  expect(text).toMatch(/random state/i);
+  expect(text).toMatch(/plotting settings/);
+  const toast = page
+    .locator('.jp-Notification-Toast-success')
+    .filter({ hasText: `Resumed ${notebook}` });
+  await expect(toast).toContainText(text.split(';')[0]);
+  // And the panel's row says it too
+  await expect(line.locator('.jp-GpuPause-message')).toContainText(text);
+  await snap(page, '23-ambient-resumed');
+
+  // And the next draw and the figure size are those of an unpaused run
+  await expect
+    .poll(
+      () =>
+        page.evaluate(
+          () =>
+            (window as any).jupyterapp.shell.currentWidget?.sessionContext
+              ?.session?.kernel?.id ?? null
+        ),
+      { timeout: 30 * 1000 }
+    )
+    .toBe(resumed.kernel_id);
+  const check = await appendAndRun(page, AMBIENT_CHECK);
+  expect(await cellOutput(page, check)).toBe('True [16.0, 8.0]');
 });
 
 test('a variable that cannot be saved is named before the pause', async ({
