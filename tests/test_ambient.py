@@ -213,6 +213,8 @@ def test_the_check_and_the_pause_name_what_cannot_travel(server):
         listener = socket.socket(); listener.bind(("127.0.0.1", 0)); listener.listen()
         """,
     )
+    # and an output too big to copy (the variable it came from would travel; this has none)
+    big, _shown = cell(server, nb["kernel_id"], "import numpy as np; np.zeros(300_000)")
     # When the check runs, then it names each of them with a reason, before any pause
     code, checked = server.api("POST", f"gpu-pause/api/sessions/{nb['id']}/check", {})
     assert code == 200, checked
@@ -224,6 +226,7 @@ def test_the_check_and_the_pause_name_what_cannot_travel(server):
     assert "thread feeder" in loose
     assert any(n.startswith("child process ") for n in loose), loose
     assert any(n.startswith("listening socket :") for n in loose), loose
+    assert loose.pop(f"Out[{big}]").startswith("more than the 1048576 bytes"), loose
     assert all("cannot travel" in r for r in loose.values()), loose
     # And the pause says so too
     paused = server.pause(nb["id"])

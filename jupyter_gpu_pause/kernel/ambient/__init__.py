@@ -19,6 +19,8 @@ declared there too. Optional members:
   (what changed since then is what the user changed);
 - ``not_carried() -> [(name, reason)]``: what cannot travel at all (a running thread), named
   by the check before a pause;
+- ``left_out``: ``[(name, reason)]`` of what the last ``capture`` could not take (an output too
+  big to copy), named like ``not_carried``;
 - ``restore`` may return ``{"not_restored": [(name, reason)], "rerun": [names], "label": str}``
   for a partial restore, a re-run, or a label that counts ("2 extensions").
 
@@ -128,6 +130,7 @@ def capture() -> tuple[bytes, dict]:
     for name, p in providers():
         try:
             state = p.capture()
+            _left_out(p, report)
             if state is None:
                 continue
             states[name] = pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
@@ -138,6 +141,12 @@ def capture() -> tuple[bytes, dict]:
     blob = pickle.dumps({"version": VERSION, "states": states}, protocol=pickle.HIGHEST_PROTOCOL)
     report["seconds"] = round(time.perf_counter() - started, 6)
     return blob, report
+
+
+def _left_out(p, report: dict) -> None:
+    """What the provider's last capture left out of its state (``left_out``), named."""
+    for what, why in getattr(p, "left_out", None) or ():
+        report["not_carried"].append({"name": str(what), "reason": str(why)})
 
 
 def check_only() -> dict:
@@ -164,6 +173,7 @@ def describe() -> dict:
     for name, p in providers():
         try:
             state = p.capture()
+            _left_out(p, report)
             if state is None:
                 continue
             pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)

@@ -195,7 +195,11 @@ class History:
     label = "history"
     order = 80
 
+    def __init__(self):
+        self.left_out: list[tuple[str, str]] = []
+
     def capture(self):
+        self.left_out = []
         shell = _shell()
         if shell is None or shell.execution_count <= 1:
             return None
@@ -212,16 +216,18 @@ class History:
             if id(value) in names:
                 outs[n] = ("name", names[id(value)])
                 continue
+            room = min(MAX_OUT_BYTES, MAX_OUTS_BYTES - total)
             try:
-                data = cloudpickle.dumps(value)
+                data = _bounded_dumps(cloudpickle, value, room)
+            except _TooBig:
+                too_big.append((n, f"more than the {room} bytes an output may take"))
+                continue
             except Exception as e:
                 too_big.append((n, f"cannot be saved: {type(e).__name__}"))
                 continue
-            if len(data) > MAX_OUT_BYTES or total + len(data) > MAX_OUTS_BYTES:
-                too_big.append((n, f"{len(data)} bytes, more than an output may take"))
-                continue
             total += len(data)
             outs[n] = ("value", data)
+        self.left_out = [(f"Out[{n}]", why) for n, why in too_big]
         dh = shell.displayhook
         unders = [
             next((n for n, v in hm.output_hist.items() if v is u), None)
@@ -266,6 +272,30 @@ class History:
         hidden.update({"_": values[0], "__": values[1], "___": values[2]})
         shell.push(hidden, interactive=False)
         return {"not_restored": lost}
+
+
+class _TooBig(Exception):
+    pass
+
+
+class _Bounded(io.BytesIO):
+    """A pickle's output that stops it once it passes ``limit`` bytes: an output of 1 GB is
+    never pickled whole only to be found too big."""
+
+    def __init__(self, limit: int):
+        super().__init__()
+        self.limit = limit
+
+    def write(self, b) -> int:
+        if self.tell() + memoryview(b).nbytes > self.limit:
+            raise _TooBig
+        return super().write(b)
+
+
+def _bounded_dumps(cloudpickle, value, limit: int) -> bytes:
+    out = _Bounded(limit)
+    cloudpickle.Pickler(out).dump(value)
+    return out.getvalue()
 
 
 def _fingerprint(shell) -> tuple:
