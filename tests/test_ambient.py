@@ -87,6 +87,14 @@ SETUP = [
     """,
     "3 * 7",
     "np.random.rand(2)",
+    """
+    import decimal, logging
+    decimal.getcontext().prec = 6
+    sys.setrecursionlimit(5000)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s:%(name)s:%(message)s")
+    pd.set_option("display.float_format", lambda v: f"{v:.2f}")
+    torch.set_num_threads(1)
+    """,
 ]
 LATER = [
     "print(np.random.rand(3), random.random(), torch.rand(2))",
@@ -107,6 +115,9 @@ LATER = [
     "y = 5",
     "x**2 + 1",
     "print(In[7], Out[7], _7, _)",
+    "print(decimal.Decimal(1) / 7, sys.getrecursionlimit(), torch.get_num_threads())",
+    "logging.getLogger('exp').info('step done')",
+    "print(pd.DataFrame({'v': [1.23456]}))",
 ]
 
 
@@ -194,6 +205,9 @@ def test_the_next_cells_print_what_they_would_have_printed(server):
     # sympy's LaTeX, the figure size of plt.rc)
     assert got[9][1] == [("stream", "3\n")], got[9]
     assert got[10][1][0][1]["text/plain"] == "5", got[10]
+    assert got[13][1] == [("stream", "0.142857 5000 1\n")], got[13]
+    assert got[14][1] == [("stream", "INFO:exp:step done\n")], got[14]
+    assert got[15][1] == [("stream", "     v\n0 1.23\n")], got[15]
     assert "text/latex" in got[11][1][0][1], got[11]
     assert got[1][1] == [("stream", "[16.  8.]\n")], got[1]
 

@@ -112,6 +112,14 @@ def watch() -> None:
                 pass
 
 
+def _dumps(state) -> bytes:
+    """A provider's state as bytes: cloudpickle, so that a setting holding a function the
+    notebook made (``pd.set_option("display.float_format", lambda x: …)``) travels too."""
+    import cloudpickle
+
+    return cloudpickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
+
+
 def given(environ: dict) -> None:
     """The server set ``environ`` in this kernel for its resume: no provider takes them for
     the user's changes."""
@@ -133,7 +141,7 @@ def capture() -> tuple[bytes, dict]:
             _left_out(p, report)
             if state is None:
                 continue
-            states[name] = pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
+            states[name] = _dumps(state)
         except Exception as e:
             report["not_carried"].append({"name": name, "reason": f"not captured: {_reason(e)}"})
             continue
@@ -176,7 +184,7 @@ def describe() -> dict:
             _left_out(p, report)
             if state is None:
                 continue
-            pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
+            _dumps(state)
         except Exception as e:
             report["not_carried"].append({"name": name, "reason": f"not captured: {_reason(e)}"})
             continue

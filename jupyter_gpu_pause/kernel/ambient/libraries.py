@@ -160,15 +160,27 @@ class TorchRandom:
 
 class TorchSettings:
     """torch's defaults the user set: default dtype, deterministic algorithms, print options,
-    cuDNN's ``deterministic``/``benchmark`` flags."""
+    cuDNN's ``deterministic``/``benchmark`` flags, and the number of CPU threads (set for
+    reproducible float sums as often as for speed)."""
 
     label = "torch settings"
+
+    def __init__(self):
+        self._threads = None
+
+    def baseline(self) -> None:
+        torch = _loaded("torch")
+        if torch is not None:
+            self._threads = torch.get_num_threads()
 
     def capture(self):
         torch = _loaded("torch")
         if torch is None:
             return None
         state = {}
+        threads = self._threads if self._threads is not None else _default_threads()
+        if torch.get_num_threads() != threads:
+            state["threads"] = torch.get_num_threads()
         if torch.get_default_dtype() is not torch.float32:
             state["dtype"] = str(torch.get_default_dtype()).removeprefix("torch.")
         if torch.are_deterministic_algorithms_enabled():
@@ -204,6 +216,25 @@ class TorchSettings:
             torch.set_printoptions(**state["print"])
         for k, v in state.get("cudnn", {}).items():
             setattr(torch.backends.cudnn, k, v)
+        if "threads" in state:
+            torch.set_num_threads(state["threads"])
+
+
+def _default_threads() -> int:
+    """What torch chose at import, for a notebook that imported it before the baseline:
+    ``OMP_NUM_THREADS``, else the physical cores this process may run on."""
+    import os
+
+    import psutil
+
+    try:
+        return int(os.environ["OMP_NUM_THREADS"])
+    except (KeyError, ValueError):
+        pass
+    cores = psutil.cpu_count(logical=False) or os.cpu_count() or 1
+    return max(
+        1, min(cores, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else cores)
+    )
 
 
 class MatplotlibSettings:

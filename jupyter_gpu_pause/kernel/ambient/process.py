@@ -73,6 +73,144 @@ def _own_banner_draws() -> None:
     interactiveshell.pick_tip = pick_tip
 
 
+class Interpreter:
+    """The interpreter's limits a notebook sets: ``sys.setrecursionlimit`` (a deep recursion
+    that worked must not raise RecursionError after the resume) and
+    ``sys.set_int_max_str_digits`` (a big integer that printed must print again)."""
+
+    label = "interpreter limits"
+    early = True
+
+    def __init__(self):
+        self._start: dict = {}
+
+    def baseline(self) -> None:
+        self._start = _limits()
+
+    def capture(self):
+        now = _limits()
+        changed = {k: v for k, v in now.items() if self._start.get(k, v) != v}
+        return changed or None
+
+    def restore(self, state) -> None:
+        if "recursion" in state:
+            sys.setrecursionlimit(state["recursion"])
+        if "int_digits" in state and hasattr(sys, "set_int_max_str_digits"):
+            sys.set_int_max_str_digits(state["int_digits"])
+
+
+def _limits() -> dict:
+    out = {"recursion": sys.getrecursionlimit()}
+    if hasattr(sys, "get_int_max_str_digits"):
+        out["int_digits"] = sys.get_int_max_str_digits()
+    return out
+
+
+class DecimalContext:
+    """``decimal.getcontext()``: the precision, rounding and traps of the notebook's decimal
+    arithmetic, where they differ from the defaults."""
+
+    label = "decimal context"
+    FIELDS = ("prec", "rounding", "Emin", "Emax", "capitals", "clamp")
+
+    def capture(self):
+        decimal = sys.modules.get("decimal")
+        if decimal is None:
+            return None
+        now, default = decimal.getcontext(), decimal.DefaultContext
+        state = {k: getattr(now, k) for k in self.FIELDS if getattr(now, k) != getattr(default, k)}
+        traps = sorted(t.__name__ for t, on in now.traps.items() if on)
+        if traps != sorted(t.__name__ for t, on in default.traps.items() if on):
+            state["traps"] = traps
+        return state or None
+
+    def restore(self, state) -> None:
+        import decimal
+
+        context = decimal.getcontext()
+        for k in self.FIELDS:
+            if k in state:
+                setattr(context, k, state[k])
+        if "traps" in state:
+            for t in context.traps:
+                context.traps[t] = t.__name__ in state["traps"]
+
+
+class Logging:
+    """``logging.basicConfig(level=…)`` and ``logger.setLevel(…)``: the levels the notebook set
+    and the handlers it added to the root logger that print to the notebook (its stdout or
+    stderr), with their format. A handler writing elsewhere (a file, a server) is named."""
+
+    label = "logging settings"
+
+    def __init__(self):
+        self._levels: dict = {}
+        self._handlers: set = set()
+
+    def baseline(self) -> None:
+        import logging
+
+        self._levels = _logger_levels(logging)
+        self._handlers = {id(h) for h in logging.getLogger().handlers}
+
+    def capture(self):
+        import logging
+
+        self.left_out = []
+        levels = {
+            name: level
+            for name, level in _logger_levels(logging).items()
+            if self._levels.get(name, logging.NOTSET) != level
+        }
+        handlers = []
+        for h in logging.getLogger().handlers:
+            if id(h) in self._handlers:
+                continue
+            stream = getattr(h, "stream", None)
+            if type(h) is logging.StreamHandler and stream in (sys.stdout, sys.stderr):
+                fmt = h.formatter
+                handlers.append(
+                    {
+                        "stream": "stdout" if stream is sys.stdout else "stderr",
+                        "level": h.level,
+                        "format": getattr(fmt, "_fmt", None),
+                        "datefmt": getattr(fmt, "datefmt", None),
+                    }
+                )
+            else:
+                self.left_out.append(
+                    (
+                        f"logging handler {type(h).__name__}",
+                        "a handler that writes elsewhere "
+                        "than the notebook is not carried: add it again after the resume",
+                    )
+                )
+        if not levels and not handlers:
+            return None
+        return {"levels": levels, "handlers": handlers}
+
+    def restore(self, state) -> None:
+        import logging
+
+        for name, level in state["levels"].items():
+            logging.getLogger(name or None).setLevel(level)
+        root = logging.getLogger()
+        for spec in state["handlers"]:
+            h = logging.StreamHandler(getattr(sys, spec["stream"]))
+            h.setLevel(spec["level"])
+            h.setFormatter(logging.Formatter(spec["format"], spec["datefmt"]))
+            root.addHandler(h)
+
+
+def _logger_levels(logging) -> dict:
+    """The level of the root logger ("") and of every named logger that has one set."""
+    levels = {"": logging.getLogger().level}
+    for name, logger in list(logging.Logger.manager.loggerDict.items()):
+        if isinstance(logger, logging.Logger) and logger.level != logging.NOTSET:
+            levels[name] = logger.level
+    return levels
+
+
 class Warnings:
     """The ``warnings`` filters, whole and in order (a filter a library added at import is
     there in the new kernel too; putting back the same list is exact either way)."""
