@@ -9,7 +9,9 @@ memory.
 
 A *plain* segment (only built-in values, numpy arrays and scalars, torch tensors and their
 storages: ``pickling._TRUSTED_*``) needs no test-restore: its rebuild is pickle's, numpy's or
-torch's own, fed with built-in values, and cannot fail where its pickling succeeded. A plan of
+torch's own, fed with built-in values, and cannot fail where its pickling succeeded. An array
+of a subclass (``recarray``, a masked array, ``memmap``, ``matrix``, ``nn.Parameter``) is not
+plain: its own reduce and state rebuild it, and are test-restored. A plan of
 plain segments only forks no child at all; otherwise the child loads the whole stream (the
 segments share one memo) and judges the objects that are not plain. A pause starts the child
 as soon as its plan is made and writes the blobs meanwhile (``start``, ``Pending``), the child
@@ -21,6 +23,10 @@ uninitialised CPU buffer of its size (``torch.empty``/``np.empty``: no bytes cop
 touched, no CUDA), so tensors come back with their dtype, shape and strides but not their
 values. Tensor and array bytes are not test-restored; the blob checks of the commit and of the
 resume cover them.
+
+The child unpickles as a new kernel would: cloudpickle's record of the classes it pickled by
+value is emptied first (``pickling.classes_by_value_forgotten``), else such a class comes back
+as the live one in the fork, whatever its stream holds.
 
 The child is fenced: its stdin/out/err go to /dev/null and every other inherited descriptor is
 closed (the kernel's ZMQ sockets, ipykernel's output pipes: nothing reaches the notebook, and a
@@ -48,7 +54,7 @@ import warnings
 from dataclasses import dataclass, field
 
 from .capture import Plan, _describe_error, _make_plan
-from .pickling import collector_paused
+from .pickling import classes_by_value_forgotten, collector_paused
 from .restore import _rebuild
 
 # Seconds, all rounds of one plan together, that a check or a pause waits for the test-restore:
@@ -444,7 +450,9 @@ def _load(plan: Plan, user_ns: dict, hidden: dict) -> dict:
     sys.modules[main.__name__] = main  # the child's own sys.modules: the kernel keeps its own
     resolver = _Placeholders(plan, stream, fresh)
     failed, unverified, why, kept = {}, [], None, []
-    for obj, value, error in _rebuild(doc, resolver):
+    with classes_by_value_forgotten():  # a class pickled by value comes from the stream
+        rebuilt = list(_rebuild(doc, resolver))
+    for obj, value, error in rebuilt:
         kept.append(value)  # alive until os._exit: no finalizer of a user object runs
         if error is None or obj["kind"] == "module":
             continue
