@@ -222,16 +222,20 @@ class Server:
 
     def run(self, kernel_id: str, code: str) -> str:
         """Execute a cell in the kernel through its connection file; return its stdout."""
+        output = CellOutput()
+        return output.result(self.execute(kernel_id, code, output))
+
+    def execute(self, kernel_id: str, code: str, output_hook) -> dict:
+        """Execute a cell as a notebook does (stored in the history, counted), each IOPub
+        message of it to ``output_hook``; the execute_reply."""
         c = BlockingKernelClient(connection_file=str(self.runtime / f"kernel-{kernel_id}.json"))
         c.load_connection_file()
         c.start_channels()
-        output = CellOutput()
         try:
             c.wait_for_ready(timeout=WAIT)
-            reply = c.execute_interactive(code, output_hook=output, timeout=WAIT)
+            return c.execute_interactive(code, output_hook=output_hook, timeout=WAIT)
         finally:
             c.stop_channels()
-        return output.result(reply)
 
     def pause(self, sid: str) -> dict:
         code, body = self.api("POST", f"gpu-pause/api/sessions/{sid}/pause")

@@ -13,9 +13,8 @@ import os
 import textwrap
 
 import pytest
-from jupyter_client import BlockingKernelClient
 
-from tests.servers import WAIT, Server, nodes
+from tests.servers import Server, nodes
 
 CONFIG = "c.GpuPauseApp.shutdown_checkpoint = 'none'\nc.GpuPauseApp.policies = []\n"
 
@@ -42,15 +41,8 @@ class Shown:
 
 def cell(server: Server, kernel_id: str, code: str) -> tuple[int, list]:
     """Run ``code`` as a notebook cell (stored in the history, counted); (its count, shown)."""
-    c = BlockingKernelClient(connection_file=str(server.runtime / f"kernel-{kernel_id}.json"))
-    c.load_connection_file()
-    c.start_channels()
     shown = Shown()
-    try:
-        c.wait_for_ready(timeout=WAIT)
-        reply = c.execute_interactive(textwrap.dedent(code), output_hook=shown, timeout=WAIT)
-    finally:
-        c.stop_channels()
+    reply = server.execute(kernel_id, textwrap.dedent(code), shown)
     return reply["content"]["execution_count"], shown.parts
 
 
@@ -317,3 +309,29 @@ def test_a_package_carries_its_own_state_through_the_entry_point_group(server):
     assert cell(server, back["kernel_id"], "print(acme_settings.SETTINGS)")[1] == [
         ("stream", "{'level': 5}\n")
     ]
+
+
+def test_formatter_cells_are_re_run_unless_marked_never_to_be(server):
+    # Given a notebook that registered two display formatters, one in a cell marked no-rerun
+    nb = server.open_notebook("formatters.ipynb")
+    cell(server, nb["kernel_id"], "from fractions import Fraction; from decimal import Decimal")
+    plain = 'get_ipython().display_formatter.formatters["text/plain"]'
+    cell(server, nb["kernel_id"], f'{plain}.for_type(Fraction, lambda f, p, c: p.text(f"{{f}}!"))')
+    cell(
+        server,
+        nb["kernel_id"],
+        f'{plain}.for_type(Decimal, lambda d, p, c: p.text(f"{{d}}?"))  # gp: no-rerun',
+    )
+    # When it is paused and resumed
+    server.pause(nb["id"])
+    back = server.resume(nb["id"])
+    # Then the first cell was re-run and its formatter shows, the marked one is named
+    around = back["restore"]["ambient"]
+    assert around["rerun"] == ["cell [2]"], around
+    assert around["not_restored"] == [
+        {"name": "display formatters of cell [3]", "reason": "the cell is marked no-rerun"}
+    ], around
+    shown = cell(server, back["kernel_id"], "Fraction(1, 3)")[1]
+    assert shown == [("execute_result", {"text/plain": "1/3!"})], shown
+    shown = cell(server, back["kernel_id"], "Decimal('1.5')")[1]
+    assert shown == [("execute_result", {"text/plain": "Decimal('1.5')"})], shown

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import pickle
 import sys
+import threading
 
 import pytest
 
@@ -97,7 +98,7 @@ class _Unpicklable:
     label = "broken"
 
     def capture(self):
-        return lambda: None  # a lambda does not pickle
+        return threading.Lock()  # a lock does not pickle
 
     def restore(self, state):
         raise AssertionError("never captured")
@@ -164,3 +165,20 @@ def test_an_unreadable_blob_restores_nothing_and_says_why(three_providers):
     out = ambient.Restoring(b"not a pickle").rest()
     assert out["restored"] == []
     assert out["not_restored"][0]["name"] == "ambient state"
+
+
+def test_a_formatter_cell_re_run_gets_tools_as_they_are_and_data_as_copies():
+    from jupyter_gpu_pause.kernel.ambient.ipython import _lend
+
+    # Given a notebook namespace with a module, a class, a function and a list
+    import fractions
+
+    ns = {"fractions": fractions, "F": fractions.Fraction, "show": print, "seen": [1]}
+    scratch: dict = {}
+    # When a cell that reads them all is about to be re-run
+    _lend(scratch, "seen.append(F(1, 2)); show(fractions, seen, undefined)", ns)
+    # Then the tools are the notebook's own, the list a copy the re-run cannot reach through
+    assert scratch["fractions"] is fractions and scratch["F"] is fractions.Fraction
+    assert scratch["show"] is print
+    assert scratch["seen"] == [1] and scratch["seen"] is not ns["seen"]
+    assert "undefined" not in scratch

@@ -336,7 +336,7 @@ def restore(params: dict) -> None:
         blobs = load_blobs(doc, store, progress=_Progress(), bad=bad, device=device)
         if doc["pickle"]["blob"] in bad:  # no object can come from it: refuse it whole
             raise bad[doc["pickle"]["blob"]]
-        around = _ambient(doc, blobs, bad, params.get("ambient", True))
+        around = _ambient(doc, blobs, bad, params)
         if around is not None:  # import paths, environment, folder: before any unpickling
             around.early()
 
@@ -388,15 +388,17 @@ def restore(params: dict) -> None:
     _ok(report)
 
 
-def _ambient(doc: dict, blobs: dict, bad: dict, enabled: bool) -> ambient.Restoring | None:
+def _ambient(doc: dict, blobs: dict, bad: dict, params: dict) -> ambient.Restoring | None:
     """The checkpoint's ambient state, ready to restore; None when the setting is off or the
     checkpoint has none (written before it existed, or with the setting off)."""
     meta = doc.get("ambient")
-    if not enabled or not meta:
+    if not params.get("ambient", True) or not meta:
         return None
+    no_rerun_ids = params.get("no_rerun_ids") or []
     if meta["blob"] in bad:
-        return ambient.Restoring(None, f"its blob failed its check: {bad[meta['blob']]}")
-    return ambient.Restoring(bytes(blobs[meta["blob"]]))
+        problem = f"its blob failed its check: {bad[meta['blob']]}"
+        return ambient.Restoring(None, problem, no_rerun_ids=no_rerun_ids)
+    return ambient.Restoring(bytes(blobs[meta["blob"]]), no_rerun_ids=no_rerun_ids)
 
 
 def track(params: dict) -> None:

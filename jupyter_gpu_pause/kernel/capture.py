@@ -113,7 +113,8 @@ def _make_plan(
                 names.append((n, False))
             else:  # set through globals(): it could not be restored as a variable anyway
                 plan.skipped.append({"name": repr(n)[:200], "reason": "not a variable name"})
-    pickler = SegmentPickler(plan.refs, user_ns)
+    # the names saved: a view of an array one of them holds is saved as a view of it
+    pickler = SegmentPickler(plan.refs, user_ns, saved=[n for n, _ in names])
     for name, required in names:
         value = user_ns[name]
         if isinstance(value, types.ModuleType):

@@ -217,7 +217,7 @@ class CellLog:
         ran = result.error_before_exec is None
         transformed = _transformed(self._shell, info) if ran else None
         cell = record(raw, transformed, result.execution_count, seconds, result.success)
-        cell["cell_id"] = _cell_id(self._shell, info)
+        cell["cell_id"] = cell_id(self._shell, info)
         last = self.cells[-1] if self.cells else None
         if seconds is None and last and last["n"] == cell["n"] and last["code"] == cell["code"]:
             last.update(cell)  # the cell that installed the log, back-filled already
@@ -234,7 +234,7 @@ def _transformed(shell, info) -> str | None:
         return None
 
 
-def _cell_id(shell, info) -> str | None:
+def cell_id(shell, info) -> str | None:
     """JupyterLab's ``cellId`` of the request that ran the cell; None outside a kernel."""
     cell_id = getattr(info, "cell_id", None)
     if cell_id is None:

@@ -45,6 +45,10 @@ DEFAULT_ORDER = 50
 RANDOM_LAST = 100
 MAX_REASON = 300  # characters of an exception's text kept as a reason
 
+# What the resume being restored knows that a provider may need: ``no_rerun_ids`` (the
+# notebook's cells tagged gp-no-rerun). Filled by ``Restoring``, read by our providers.
+RESUME: dict = {}
+
 _providers: list[tuple[str, object]] | None = None
 _baselined = False
 
@@ -176,19 +180,10 @@ def check_only() -> dict:
 
 
 def describe() -> dict:
-    """The check's ``ambient``: what a pause would carry and what it cannot."""
-    report = check_only()
-    for name, p in providers():
-        try:
-            state = p.capture()
-            _left_out(p, report)
-            if state is None:
-                continue
-            _dumps(state)
-        except Exception as e:
-            report["not_carried"].append({"name": name, "reason": f"not captured: {_reason(e)}"})
-            continue
-        report["carried"].append(name)
+    """The check's ``ambient``: what a pause would carry and what it cannot (a capture whose
+    blob is dropped: the same providers, the same verdicts)."""
+    _blob, report = capture()
+    report.pop("seconds")
     return report
 
 
@@ -197,7 +192,7 @@ class Restoring:
     (paths, environment, working folder), ``rest`` after it. ``report`` is the restore
     report's ``ambient``."""
 
-    def __init__(self, blob: bytes | None, problem: str | None = None):
+    def __init__(self, blob: bytes | None, problem: str | None = None, **resume):
         self.report: dict = {
             "restored": [],
             "rerun": [],
@@ -206,6 +201,8 @@ class Restoring:
             "seconds": 0.0,
         }
         self._labels: list[str] = []
+        RESUME.clear()
+        RESUME.update(resume)
         self._states: dict[str, bytes] = {}
         if problem is not None:
             self.report["not_restored"].append({"name": "ambient state", "reason": problem})

@@ -14,7 +14,8 @@ import contextlib
 import io
 import time
 
-from . import COUNTED
+from ..cells import cell_id as _cell_id
+from . import COUNTED, RESUME
 
 # Out values are carried up to these sizes once pickled; a larger one is named as not carried
 # (the variable it came from travels with the namespace).
@@ -298,6 +299,47 @@ def _bounded_dumps(cloudpickle, value, limit: int) -> bytes:
     return out.getvalue()
 
 
+# What a formatter cell may be handed as it is: the tools it registers with (modules, classes,
+# functions, IPython's own objects) and values that cannot change. Any other value it reads
+# is handed as a copy, so the re-run cannot change a restored variable.
+_LENT_ROOTS = ("IPython", "ipykernel", "traitlets")
+
+
+def _lend(scratch: dict, code: str, user_ns: dict) -> None:
+    """Put into ``scratch`` the names ``code`` reads from the notebook (``cellsyntax``)."""
+    import copy
+    import types
+
+    from ..cellsyntax import analyse
+
+    shared = (
+        types.ModuleType,
+        type,
+        types.FunctionType,
+        types.BuiltinFunctionType,
+        types.MethodType,
+        int,
+        float,
+        complex,
+        str,
+        bytes,
+        bool,
+        type(None),
+        frozenset,
+    )
+    for name in analyse(code)["reads"]:
+        if name in scratch or name not in user_ns:
+            continue
+        value = user_ns[name]
+        if isinstance(value, shared) or type(value).__module__.partition(".")[0] in _LENT_ROOTS:
+            scratch[name] = value
+            continue
+        try:
+            scratch[name] = copy.deepcopy(value)
+        except Exception:  # not copyable: the cell meets a NameError, and the report says so
+            continue
+
+
 def _fingerprint(shell) -> tuple:
     """Changes whenever a formatter is registered, replaced or switched on or off."""
     return tuple(
@@ -343,6 +385,7 @@ class Formatters:
                     "n": result.execution_count,
                     "code": result.info.raw_cell,
                     "seconds": time.perf_counter() - self._started,
+                    "cell_id": _cell_id(_shell(), result.info),
                 }
             )
         self._before = None
@@ -359,13 +402,11 @@ class Formatters:
             "__builtins__": shell.user_ns.get("__builtins__"),
             "get_ipython": shell.get_ipython,
         }
-        import types
-
-        scratch.update({k: v for k, v in shell.user_ns.items() if isinstance(v, types.ModuleType)})
         rerun, bad = [], []
+        no_rerun_ids = set(RESUME.get("no_rerun_ids") or ())
         for cell in state:
             where = f"cell [{cell['n']}]"
-            if marked_no_rerun(cell["code"]):
+            if marked_no_rerun(cell["code"]) or cell.get("cell_id") in no_rerun_ids:
                 bad.append((f"display formatters of {where}", "the cell is marked no-rerun"))
                 continue
             if (cell.get("seconds") or 0) > RERUN_MAX_SECONDS:
@@ -378,6 +419,7 @@ class Formatters:
                 continue
             try:
                 code = shell.transform_cell(cell["code"])
+                _lend(scratch, code, shell.user_ns)
                 _quietly(exec, compile(code, f"<gpu-pause re-run {where}>", "exec"), scratch)
             except BaseException as e:
                 bad.append(
