@@ -335,3 +335,33 @@ def test_formatter_cells_are_re_run_unless_marked_never_to_be(server):
     assert shown == [("execute_result", {"text/plain": "1/3!"})], shown
     shown = cell(server, back["kernel_id"], "Decimal('1.5')")[1]
     assert shown == [("execute_result", {"text/plain": "Decimal('1.5')"})], shown
+
+
+def test_a_recarray_called_saved_comes_back(server):
+    # Given the issue's notebook: a structured array, its recarray view, and other subclasses
+    nb = server.open_notebook("recarray.ipynb")
+    cell(
+        server,
+        nb["kernel_id"],
+        """
+        import numpy as np
+        data = np.array([(1, 2.5), (2, 3.5)], dtype=[("id", "i4"), ("score", "f8")])
+        data_rec = data.view(np.recarray)
+        masked = np.ma.masked_array([1.0, 2.0, 3.0], mask=[0, 1, 0], fill_value=-1.0)
+        big_endian = np.arange(4, dtype=">i4")
+        """,
+    )
+    # When the check lists them as saved, and the notebook is paused and resumed
+    code, checked = server.api("POST", f"gpu-pause/api/sessions/{nb['id']}/check", {})
+    assert code == 200 and checked["skipped"] == [], checked
+    server.pause(nb["id"])
+    back = server.resume(nb["id"])
+    # Then every one is back, of its own type, with its values
+    assert back["restore"]["failed"] == [], back["restore"]
+    shown = cell(
+        server,
+        back["kernel_id"],
+        "print(type(data_rec).__name__, data_rec.score.tolist(), masked.filled().tolist(),"
+        " big_endian.dtype.str)",
+    )[1]
+    assert shown == [("stream", "recarray [2.5, 3.5] [1.0, -1.0, 3.0] >i4\n")], shown
