@@ -34,6 +34,13 @@ from jupyter_gpu_pause.kernel.trial import verified_plan
 from jupyter_gpu_pause.store import Store
 from jupyter_gpu_pause.store.format import build_manifest, new_checkpoint_id
 
+# Generated values: np.matrix warns that it is not recommended, a masked array's fill value or
+# a cast of an extreme value overflows. Neither is what these tests look at.
+pytestmark = [
+    pytest.mark.filterwarnings("ignore::PendingDeprecationWarning"),
+    pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning"),
+]
+
 # -- the pipeline -----------------------------------------------------------------------------
 
 
