@@ -25,7 +25,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from procs import PageCache  # noqa: E402
-from suite_server import CONFIG, SuiteServer  # noqa: E402
+from suite_server import CONFIG, PAUSE_PHASES, RESUME_PHASES, SuiteServer  # noqa: E402
 
 NOTEBOOK = """
 import random, warnings
@@ -53,6 +53,11 @@ def server(on: bool) -> SuiteServer:
     return s
 
 
+def _deleted(s: SuiteServer, sid: str) -> bool:
+    code, _body = s.api("DELETE", f"gpu-pause/api/sessions/{sid}?delete_checkpoints=true")
+    return code == 204
+
+
 def one(s: SuiteServer, rep: int) -> dict:
     sid, kid = s.open(f"ambient-{rep}.ipynb")
     s.run(kid, NOTEBOOK)
@@ -64,8 +69,12 @@ def one(s: SuiteServer, rep: int) -> dict:
     resumed_detail = s.event(sid, "resumed", before)
     s.ok("POST", f"gpu-pause/api/sessions/{sid}/pause", expect=202)  # untimed: to delete it
     s.reach(sid, ("paused",), 120)
-    s.forget(sid)
+    # A session shown paused may still refuse a DELETE while its pause finishes (issue #34):
+    # ask again until it is taken
+    s.until(lambda: _deleted(s, sid), f"{sid} deleted", 30)
+    s.ok("POST", "gpu-pause/api/store/gc", {"dry_run": False})
     return {
+        **{k: v for k, v in {**paused, **resumed}.items() if "." in k},
         "pause_s": paused["pause_s"],
         "resume_s": resumed["resume_s"],
         "capture_ms": 1000 * (paused_detail.get("ambient_seconds") or 0.0),
@@ -109,6 +118,14 @@ def main() -> int:
         f"{med(True, 'resume_s'):.3f} s, off {med(False, 'resume_s'):.3f} s "
         f"(x{med(True, 'resume_s') / med(False, 'resume_s'):.3f})"
     )
+    phases = [f"pause.{p}" for p in PAUSE_PHASES] + [f"resume.{p}" for p in RESUME_PHASES]
+    for key in phases + ["resume.running_s"]:
+        on = [r[key] for r in runs[True] if isinstance(r.get(key), int | float)]
+        off = [r[key] for r in runs[False] if isinstance(r.get(key), int | float)]
+        if on and off:
+            print(
+                f"  {key:<18} on {statistics.median(on):.3f} s, off {statistics.median(off):.3f} s"
+            )
     return 0 if capture <= args.limit_ms and restore <= args.limit_ms else 1
 
 
