@@ -69,7 +69,11 @@ const core: JupyterFrontEndPlugin<IGpuPause> = {
       serverSettings: app.serviceManager.serverSettings,
       trans
     });
-    const service = new GpuPauseService(api, app.serviceManager.events.stream);
+    const service = new GpuPauseService(
+      api,
+      app.serviceManager.events.stream,
+      app.serviceManager.sessions.runningChanged
+    );
     const { model } = service;
 
     // Opening a paused notebook starts no kernel until Resume (gate.ts)

@@ -70,7 +70,21 @@ export interface ISessionsModelOptions {
    * model only polls.
    */
   events?: Emissions;
+  /**
+   * Jupyter's own list of sessions changed (`serviceManager.sessions
+   * .runningChanged`): a notebook was renamed, opened or closed. The model
+   * refetches soon after, so a renamed notebook's row shows its new name at
+   * once rather than at the next quiet poll (30 s).
+   */
+  jupyterSessions?: ISignal<unknown, unknown>;
 }
+
+/**
+ * How long after Jupyter's session list changed the model refetches: Lab
+ * renames a new notebook's session just after its kernel starts, so the
+ * changes of one action come together.
+ */
+export const JUPYTER_SESSIONS_SETTLE_MS = 300;
 
 /**
  * Availability of the server extension: unknown until the first answer.
@@ -109,6 +123,7 @@ export class SessionsModel implements IDisposable {
         document.addEventListener('visibilitychange', this._onVisibility);
       }
     }
+    options.jupyterSessions?.connect(this._onJupyterSessions, this);
   }
 
   /**
@@ -282,6 +297,10 @@ export class SessionsModel implements IDisposable {
     }
     this._bus?.dispose();
     this._setTimer(false);
+    if (this._renameTimer !== null) {
+      clearTimeout(this._renameTimer);
+      this._renameTimer = null;
+    }
     Signal.clearData(this);
   }
 
@@ -322,6 +341,26 @@ export class SessionsModel implements IDisposable {
       void this.refresh();
     }
   };
+
+  private _onJupyterSessions(): void {
+    if (this._renameTimer !== null || this.isDisposed) {
+      return;
+    }
+    this._renameTimer = setTimeout(() => {
+      this._renameTimer = null;
+      if (
+        this._started &&
+        this._availability !== 'missing' &&
+        !this.isDisposed
+      ) {
+        if (this._fetching > 0) {
+          this._stale = true; // (refetched once the running fetch ends)
+        } else {
+          void this.refresh();
+        }
+      }
+    }, JUPYTER_SESSIONS_SETTLE_MS);
+  }
 
   private _onLiveChanged(): void {
     this._poll.frequency = this._frequency();
@@ -459,6 +498,7 @@ export class SessionsModel implements IDisposable {
   private _stale = false;
   private _started = false;
   private _timer: ReturnType<typeof setInterval> | null = null;
+  private _renameTimer: ReturnType<typeof setTimeout> | null = null;
 }
 
 /**

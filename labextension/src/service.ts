@@ -17,15 +17,19 @@ export class GpuPauseService implements IGpuPause {
    * @param api - the REST client.
    * @param events - jupyter_server's event stream, for updates as they
    *   happen; without it the model only polls.
+   * @param jupyterSessions - Jupyter's session list changed (a notebook
+   *   renamed, opened or closed): the model refetches soon after.
    */
   constructor(
     readonly api: GpuPauseAPI,
-    events?: Emissions
+    events?: Emissions,
+    jupyterSessions?: ISignal<unknown, unknown>
   ) {
     this.model = new SessionsModel({
       api,
       refreshInterval: DEFAULT_SETTINGS.refreshInterval,
-      events
+      events,
+      jupyterSessions
     });
   }
 

@@ -11,7 +11,7 @@ jest.mock('@jupyterlab/services', () => ({
 }));
 
 import { PromiseDelegate } from '@lumino/coreutils';
-import { Stream } from '@lumino/signaling';
+import { Signal, Stream } from '@lumino/signaling';
 
 import { GpuPauseError, SERVER_EXTENSION_MISSING } from '../api';
 import { SessionsModel } from '../model';
@@ -285,6 +285,30 @@ describe('SessionsModel on the event bus', () => {
     // Then the model lists it at the usual interval, not 30 s later
     expect(await fetchesDuring(5_000)).toBe(1);
     expect(model.byId('b')?.state).toBe('active');
+  });
+
+  it("shows a renamed notebook's name as soon as Jupyter's sessions change", async () => {
+    // Given a model that also follows Jupyter's own list of sessions, on a
+    // live bus with nothing moving (the 30 s fallback)
+    model.dispose();
+    const jupyterSessions = new Signal<unknown, unknown>({});
+    model = new SessionsModel({
+      api: api as any,
+      refreshInterval: 5,
+      events: stream,
+      jupyterSessions
+    });
+    model.start();
+    stream.emit({ schema_id: 'https://example.org/other', action: 'x' });
+    await fetchesDuring(5_000);
+    // When Lab renames the notebook: Jupyter's session list changes, several
+    // times for one action
+    api.sessions = [session('a', 'idle', 'renamed.ipynb')];
+    jupyterSessions.emit(undefined);
+    jupyterSessions.emit(undefined);
+    // Then the model fetched once, within a second, and shows the new name
+    expect(await fetchesDuring(1_000)).toBe(1);
+    expect(model.byId('a')?.path).toBe('renamed.ipynb');
   });
 
   it('does nothing on events of other schemas', async () => {
