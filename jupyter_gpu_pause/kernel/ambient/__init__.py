@@ -51,6 +51,10 @@ RESUME: dict = {}
 
 _providers: list[tuple[str, object]] | None = None
 _baselined = False
+# The baseline came after cells of the user's had run (a notebook run whole the moment it was
+# opened, before the server's first request): what a provider would tell by comparing with it
+# is then told by other means, or carried whole.
+LATE = {"late": False}
 
 
 def _reason(e: BaseException) -> str:
@@ -107,6 +111,13 @@ def watch() -> None:
     if _baselined:
         return
     _baselined = True
+    try:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+        LATE["late"] = shell is not None and shell.execution_count > 1
+    except Exception:
+        pass
     for _name, p in providers():
         fn = getattr(p, "baseline", None)
         if fn is not None:

@@ -15,7 +15,9 @@ import io
 import time
 
 from ..cells import cell_id as _cell_id
-from . import COUNTED, RESUME
+from . import COUNTED, LATE, RESUME
+
+DEFAULT_EXTENSIONS = frozenset({"IPython.extensions.storemagic"})  # loaded by every kernel
 
 # Out values are carried up to these sizes once pickled; a larger one is named as not carried
 # (the variable it came from travels with the namespace).
@@ -48,14 +50,15 @@ class Extensions:
 
     def baseline(self) -> None:
         shell = _shell()
-        if shell is not None:
+        if shell is not None and not LATE["late"]:
             self._start = set(shell.extension_manager.loaded)
 
     def capture(self):
         shell = _shell()
         if shell is None:
             return None
-        added = sorted(set(shell.extension_manager.loaded) - (self._start or set()))
+        start = DEFAULT_EXTENSIONS if self._start is None else self._start
+        added = sorted(set(shell.extension_manager.loaded) - start)
         return added or None
 
     def restore(self, state):
@@ -156,7 +159,7 @@ class Config:
 
     def baseline(self) -> None:
         shell = _shell()
-        if shell is not None:
+        if shell is not None and not LATE["late"]:  # late: compared with the defaults
             self._start = {id(c): _settings(c) for c in _configurables(shell)}
 
     def capture(self):
@@ -340,6 +343,22 @@ def _lend(scratch: dict, code: str, user_ns: dict) -> None:
             continue
 
 
+def _registered_before(shell) -> bool:
+    """Whether the shell has display formatters a fresh one does not (registered by cells)."""
+    from IPython.core.formatters import DisplayFormatter
+
+    fresh = DisplayFormatter().formatters
+    for mime, f in shell.display_formatter.formatters.items():
+        new = fresh.get(mime)
+        if new is None:
+            continue
+        if set(f.type_printers) - set(new.type_printers):
+            return True
+        if set(f.deferred_printers) - set(new.deferred_printers):
+            return True
+    return False
+
+
 def _fingerprint(shell) -> tuple:
     """Changes whenever a formatter is registered, replaced or switched on or off."""
     return tuple(
@@ -371,6 +390,15 @@ class Formatters:
             return
         shell.events.register("pre_run_cell", self._pre)
         shell.events.register("post_run_cell", self._post)
+        self.left_out = []
+        if LATE["late"] and _registered_before(shell):
+            self.left_out = [
+                (
+                    "display formatters",
+                    "registered by a cell that ran before the kernel was watched: run that "
+                    "cell again after the resume",
+                )
+            ]
 
     def _pre(self, info) -> None:
         self._before = _fingerprint(_shell())

@@ -20,47 +20,22 @@ def _loaded(name: str):
 
 
 class NumpyRandom:
-    """numpy's legacy global ``RandomState`` (``np.random.seed``/``np.random.rand``), exactly.
-    A ``Generator`` the notebook made (``default_rng``) is a variable: the namespace carries
-    it with its state."""
+    """numpy's legacy global ``RandomState`` (``np.random.seed``/``np.random.rand``), exactly,
+    whenever numpy is imported: whether a cell seeded it cannot be told from a baseline taken
+    after the cell ran. A ``Generator`` the notebook made (``default_rng``) is a variable: the
+    namespace carries it with its state."""
 
     label = "random state"
     order = RANDOM_LAST
 
-    def __init__(self):
-        self._start = None
-
-    def baseline(self) -> None:
-        np = _loaded("numpy")
-        if np is not None:
-            self._start = np.random.get_state(legacy=False)
-
     def capture(self):
         np = _loaded("numpy")
-        if np is None:
-            return None
-        state = np.random.get_state(legacy=False)
-        if self._start is not None and _same_np_state(state, self._start):
-            return None
-        return state
+        return None if np is None else np.random.get_state(legacy=False)
 
     def restore(self, state) -> None:
         import numpy as np
 
         np.random.set_state(state)
-
-
-def _same_np_state(a: dict, b: dict) -> bool:
-    import numpy as np
-
-    sa, sb = a.get("state", {}), b.get("state", {})
-    return (
-        a.get("bit_generator") == b.get("bit_generator")
-        and np.array_equal(sa.get("key"), sb.get("key"))
-        and sa.get("pos") == sb.get("pos")
-        and a.get("has_gauss") == b.get("has_gauss")
-        and a.get("gauss") == b.get("gauss")
-    )
 
 
 class NumpySettings:
@@ -106,20 +81,12 @@ class NumpySettings:
 
 
 class TorchRandom:
-    """torch's CPU generator and, where CUDA was initialised, each device's generator. On a
-    resume without CUDA (``device="cpu"``), the CPU draws are exact and the CUDA states are
-    named as not restored."""
+    """torch's CPU generator and, where CUDA was initialised, each device's generator, whenever
+    torch is imported. On a resume without CUDA (``device="cpu"``), the CPU draws are exact and
+    the CUDA states are named as not restored."""
 
     label = "random state"
     order = RANDOM_LAST
-
-    def __init__(self):
-        self._start = None
-
-    def baseline(self) -> None:
-        torch = _loaded("torch")
-        if torch is not None:
-            self._start = torch.get_rng_state()
 
     def capture(self):
         torch = _loaded("torch")
@@ -129,8 +96,6 @@ class TorchRandom:
         cuda = None
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             cuda = [s.cpu() for s in torch.cuda.get_rng_state_all()]
-        if cuda is None and self._start is not None and torch.equal(cpu, self._start):
-            return None
         return {"cpu": cpu, "cuda": cuda}
 
     def restore(self, state):

@@ -24,9 +24,9 @@ SERVER_OWNED_PREFIXES = ("JPY_", "JUPYTER_", "KERNEL_", "NVIDIA_VISIBLE_", "GPU_
 
 
 class PythonRandom:
-    """``random``'s global generator, exactly (``getstate``/``setstate``). Carried only once
-    something drew from it or seeded it since the baseline: a generator nobody used is as good
-    fresh.
+    """``random``'s global generator, exactly (``getstate``/``setstate``), always: whether a
+    cell seeded it cannot be told from a baseline that may have been taken after the cell ran
+    (a notebook run whole the moment it opened, before the server's first request).
 
     IPython draws from that generator itself, for the "Tip:" of its banner, at every
     ``kernel_info_request``: each frontend that connects (a browser tab, a resume's server
@@ -37,16 +37,11 @@ class PythonRandom:
     label = "random state"
     order = RANDOM_LAST
 
-    def __init__(self):
-        self._start = None
-
     def baseline(self) -> None:
         _own_banner_draws()
-        self._start = random.getstate()
 
     def capture(self):
-        state = random.getstate()
-        return None if state == self._start else state
+        return random.getstate()
 
     def restore(self, state) -> None:
         random.setstate(state)
@@ -212,22 +207,14 @@ def _logger_levels(logging) -> dict:
 
 
 class Warnings:
-    """The ``warnings`` filters, whole and in order (a filter a library added at import is
-    there in the new kernel too; putting back the same list is exact either way)."""
+    """The ``warnings`` filters, whole and in order, always (whether a cell added one cannot be
+    told from a baseline taken after it ran; a filter a library added at import is in the new
+    kernel too, so putting back the same list is exact either way)."""
 
     label = "warnings filters"
 
-    def __init__(self):
-        self._start = None
-
-    def baseline(self) -> None:
-        self._start = list(warnings.filters)
-
     def capture(self):
-        filters = list(warnings.filters)
-        if filters == self._start:
-            return None
-        return filters
+        return list(warnings.filters)
 
     def restore(self, state) -> None:
         warnings.filters[:] = state
@@ -235,20 +222,14 @@ class Warnings:
 
 
 class WorkingFolder:
-    """``os.chdir``: the folder the notebook's cells were in."""
+    """``os.chdir``: the folder the notebook's cells were in (always carried: where the kernel
+    started is not known once a cell may have moved before the baseline)."""
 
     label = "working folder"
     early = True
 
-    def __init__(self):
-        self._start = None
-
-    def baseline(self) -> None:
-        self._start = os.getcwd()
-
     def capture(self):
-        cwd = os.getcwd()
-        return None if cwd == self._start else cwd
+        return os.getcwd()
 
     def restore(self, state):
         try:
@@ -259,6 +240,22 @@ class WorkingFolder:
                 "not_restored": [("working folder", f"{state} cannot be entered here: {e}")],
             }
         return None
+
+
+def _initial_environ() -> dict:
+    """The environment the kernel's process was started with (``/proc/self/environ`` is what
+    ``exec`` received, whatever a cell did to ``os.environ`` since), else ``os.environ`` now."""
+    try:
+        with open("/proc/self/environ", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return dict(os.environ)
+    out = {}
+    for item in raw.split(b"\0"):
+        key, sep, value = item.partition(b"=")
+        if sep:
+            out[os.fsdecode(key)] = os.fsdecode(value)
+    return out
 
 
 def _server_owned(key: str) -> bool:
@@ -276,7 +273,7 @@ class Environment:
         self._start: dict | None = None
 
     def baseline(self) -> None:
-        self._start = dict(os.environ)
+        self._start = _initial_environ()
 
     def given(self, environ: dict) -> None:
         """The server set these for this kernel (a warm kernel's resume): they are not the

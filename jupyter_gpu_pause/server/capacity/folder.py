@@ -32,8 +32,8 @@ def check_queue_folder(folder: str) -> None:
     if os.path.exists(folder) and not os.path.isdir(folder):
         raise QueueError(f"{folder} is not a folder")
     if not os.path.isdir(folder):
-        try:
-            os.makedirs(folder, mode=0o700)
+        try:  # exist_ok: another server sharing it may make it at the same moment
+            os.makedirs(folder, mode=0o700, exist_ok=True)
         except OSError as e:
             raise QueueError(f"cannot create {folder}: {e.strerror}") from None
     try:  # the real test (os.access says yes to root on a read-only filesystem)
