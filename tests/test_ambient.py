@@ -389,8 +389,9 @@ def test_cells_run_before_the_server_watched_the_kernel_still_travel(server):
     # one never paused), seeding generators, adding a warnings filter, loading an extension
     # and registering a display formatter
     setup = [
-        "import numpy as np, random, warnings, fractions",
+        "import numpy as np, random, warnings, fractions, matplotlib.pyplot as plt",
         "np.random.seed(12345); random.seed(9); warnings.simplefilter('error', UserWarning)",
+        "plt.rc('figure', figsize=(7, 3))",
         "%load_ext autoreload",
         "get_ipython().display_formatter.formatters['text/plain']"
         ".for_type(fractions.Fraction, lambda f, p, c: p.text('frac'))",
@@ -405,7 +406,8 @@ def test_cells_run_before_the_server_watched_the_kernel_still_travel(server):
     # Then its seeded draws, its warnings filter and its extension came back all the same
     later = (
         "print(np.random.rand(2), random.random(), warnings.filters[0][:3:2],"
-        " sorted(get_ipython().extension_manager.loaded))"
+        " sorted(get_ipython().extension_manager.loaded), plt.figure().get_size_inches(),"
+        " plt.rcParams['figure.dpi'])"
     )
     got = cell(server, back["kernel_id"], later)[1]
     assert got == cell(server, reference["kernel_id"], later)[1]

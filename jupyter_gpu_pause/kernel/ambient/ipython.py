@@ -148,11 +148,16 @@ def _settings(c) -> dict:
 
 class Config:
     """``%config Class.trait = value`` and ``%precision``: configurable settings of IPython
-    and its extensions (InlineBackend) changed since the baseline, or, for one made after it,
-    set away from its default."""
+    and its extensions (InlineBackend) changed since the baseline; for a configurable made
+    after it (or with no baseline: cells ran before it), those set through the configuration
+    (what ``%config`` does) or by ``%precision``, away from their defaults. A value the kernel
+    itself gave a configurable is not the user's.
+
+    Restored before matplotlib's ``rcParams`` (``order``): a setting of the inline backend can
+    change them, and the notebook's own ``rcParams`` are put back exactly after it."""
 
     label = "IPython settings"
-    order = 70
+    order = 45
 
     def __init__(self):
         self._start: dict[int, dict] = {}
@@ -174,6 +179,8 @@ class Config:
                     if name in start and start[name] == v:
                         continue
                 else:
+                    if not _set_by_user(c, name):
+                        continue
                     try:
                         if c.trait_defaults(name) == v:
                             continue
@@ -189,6 +196,15 @@ class Config:
         cfg = TraitletsConfig({cls: dict(values) for cls, values in state.items()})
         for c in _configurables(shell):
             c.update_config(cfg)  # as %config does; a later configurable reads shell.config
+
+
+# Traits a magic sets directly rather than through the configuration
+_SET_BY_MAGIC = {("PlainTextFormatter", "float_precision")}  # %precision
+
+
+def _set_by_user(c, name: str) -> bool:
+    cls = type(c).__name__
+    return name in c.config.get(cls, {}) or (cls, name) in _SET_BY_MAGIC
 
 
 class History:
@@ -343,8 +359,14 @@ def _lend(scratch: dict, code: str, user_ns: dict) -> None:
             continue
 
 
+# Formatters these register by themselves when imported (matplotlib_inline's figure printer,
+# once pyplot is imported): the resumed kernel's imports register them again
+_SELF_REGISTERING = ("IPython", "ipykernel", "matplotlib_inline", "matplotlib")
+
+
 def _registered_before(shell) -> bool:
-    """Whether the shell has display formatters a fresh one does not (registered by cells)."""
+    """Whether the shell has display formatters a fresh one does not, other than those a
+    library registers by itself as it is imported (registered by the user's cells)."""
     from IPython.core.formatters import DisplayFormatter
 
     fresh = DisplayFormatter().formatters
@@ -352,10 +374,14 @@ def _registered_before(shell) -> bool:
         new = fresh.get(mime)
         if new is None:
             continue
-        if set(f.type_printers) - set(new.type_printers):
-            return True
-        if set(f.deferred_printers) - set(new.deferred_printers):
-            return True
+        extra = [f.type_printers[t] for t in set(f.type_printers) - set(new.type_printers)]
+        extra += [
+            f.deferred_printers[k] for k in set(f.deferred_printers) - set(new.deferred_printers)
+        ]
+        for printer in extra:
+            module = getattr(printer, "__module__", None) or ""
+            if module.partition(".")[0] not in _SELF_REGISTERING:
+                return True
     return False
 
 
