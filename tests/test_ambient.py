@@ -217,6 +217,8 @@ def test_the_check_and_the_pause_name_what_cannot_travel(server):
         worker.start()
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
         listener = socket.socket(); listener.bind(("127.0.0.1", 0)); listener.listen()
+        from IPython.lib.backgroundjobs import BackgroundJobManager
+        jobs = BackgroundJobManager(); job = jobs.new(stop.wait)  # the notebook's work
         """,
     )
     # and an output too big to copy (the variable it came from would travel; this has none)
@@ -230,6 +232,7 @@ def test_the_check_and_the_pause_name_what_cannot_travel(server):
         if x["name"] != "broken"  # the broken provider of the package installed above
     }
     assert "thread feeder" in loose
+    assert sum(n.startswith("thread ") for n in loose) == 2, loose  # and the background job
     assert any(n.startswith("child process ") for n in loose), loose
     assert any(n.startswith("listening socket :") for n in loose), loose
     assert loose.pop(f"Out[{big}]").startswith("more than the 1048576 bytes"), loose

@@ -342,9 +342,11 @@ class ImportPaths:
 
 
 # Threads of these packages are the kernel's own machinery, recreated by the new kernel.
+# (module prefixes: IPython's own threads, not a background job a cell started with
+# IPython.lib.backgroundjobs, which is the notebook's work)
 _OWN_THREADS = (
     "ipykernel",
-    "IPython",
+    "IPython.core",
     "jupyter_client",
     "zmq",
     "tornado",
@@ -392,7 +394,8 @@ class LooseEnds:
         for t in threading.enumerate():
             if t is threading.main_thread() or not t.is_alive() or t.ident in self._threads:
                 continue
-            if _thread_origin(t).partition(".")[0] in _OWN_THREADS:
+            origin = _thread_origin(t)
+            if any(origin == p or origin.startswith(p + ".") for p in _OWN_THREADS):
                 continue
             out.append(
                 (
