@@ -433,22 +433,29 @@ def _child_processes() -> list[tuple[int, str]]:
     return out
 
 
-_ports: set[int] | None = None
-
-
 def _kernel_ports() -> set[int]:
-    """The kernel's own ZeroMQ ports (its connection to the server), looked up once."""
-    global _ports
-    if _ports is None:
-        try:
-            from ipykernel.kernelapp import IPKernelApp
+    """The kernel's own ZeroMQ ports: those of its connection file, and those of every socket
+    of its ZeroMQ context (ipykernel binds one more, not in the connection file)."""
+    try:
+        from ipykernel.kernelapp import IPKernelApp
 
-            app = IPKernelApp.instance() if IPKernelApp.initialized() else None
-            names = ("shell", "iopub", "stdin", "control", "hb")
-            _ports = {int(getattr(app, f"{n}_port", 0) or 0) for n in names} - {0}
-        except Exception:
-            _ports = set()
-    return _ports
+        if not IPKernelApp.initialized():
+            return set()
+        app = IPKernelApp.instance()
+        names = ("shell", "iopub", "stdin", "control", "hb")
+        ports = {int(getattr(app, f"{n}_port", 0) or 0) for n in names} - {0}
+        import zmq
+
+        for sock in list(getattr(app.context, "_sockets", ())):
+            try:
+                endpoint = sock.get(zmq.LAST_ENDPOINT).decode()
+            except Exception:  # closed meanwhile
+                continue
+            if endpoint.startswith("tcp://"):
+                ports.add(int(endpoint.rpartition(":")[2]))
+        return ports
+    except Exception:
+        return set()
 
 
 def _inet_sockets():
