@@ -179,3 +179,6 @@ async def test_a_cell_run_while_the_resume_waits_is_never_overwritten(lab):
     back = await lab.wait_state(s["id"])
     assert back["state"] in ("active", "idle") and back["kernel_id"] == kid, back
     assert (await lab.run(kid, READBACK)).strip() == READBACK_OK
+    # And that kernel keeps its own execution count and history (cells ran in it), and says so
+    (kept,) = [x for x in back["restore"]["ambient"]["not_restored"] if x["name"] == "history"]
+    assert "ran cells of its own" in kept["reason"], kept

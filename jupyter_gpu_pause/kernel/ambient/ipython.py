@@ -266,6 +266,16 @@ class History:
         import pickle
 
         shell = _shell()
+        if shell.execution_count > 1:  # restored into a kernel that ran cells (into_kernel)
+            return {
+                "restored": False,
+                "not_restored": [
+                    (
+                        "history",
+                        "this kernel ran cells of its own: its execution count and In/Out are kept",
+                    )
+                ],
+            }
         hm = shell.history_manager
         hm.input_hist_parsed[:] = state["in"]
         hm.input_hist_raw[:] = state["raw"]
