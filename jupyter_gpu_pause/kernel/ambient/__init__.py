@@ -74,13 +74,16 @@ def _order(p) -> int:
 def providers() -> list[tuple[str, object]]:
     """The installed providers, (name, object) in restore order; looked up once per process
     (reading the installed packages' entry points costs a few milliseconds). A provider that
-    fails to load is left out here and named by ``check`` (``load_problems``)."""
+    fails to load is left out here and named by ``check_only`` (``_load_problems``)."""
     global _providers
     if _providers is None:
         from importlib.metadata import entry_points
 
-        found, problems = [], []
+        found, problems, seen = [], [], set()
         for ep in entry_points(group=GROUP):
+            if ep.name in seen:  # two installed copies of one package: the first wins
+                continue
+            seen.add(ep.name)
             try:
                 obj = ep.load()
                 if inspect.isclass(obj):
