@@ -3,8 +3,9 @@
 registered (``sympy.init_printing()``).
 
 Formatters are functions a library made on the fly (closures), which cannot be carried as
-values: the cells that registered them are re-run instead, in a scratch namespace that sees the
-notebook's modules and nothing else (as the rebuild does), so the restored variables are never
+values: the cells that registered them are re-run instead, in a scratch namespace (as the
+rebuild does) that is handed the tools the cell reads (modules, classes, functions, IPython's
+objects) as they are and any data it reads as copies, so the restored variables are never
 touched. The resume report says which cells were re-run.
 """
 
@@ -419,6 +420,7 @@ class Formatters:
         self._cells: list[dict] = []
         self._before: tuple | None = None
         self._started = 0.0
+        self.left_out: list[tuple[str, str]] = []
 
     def baseline(self) -> None:
         shell = _shell()
