@@ -13,40 +13,11 @@
  * the HTTP layer answers canned responses, and JupyterLab's dialog and
  * toast modules, ES modules Jest does not load, are stand-ins.
  */
-jest.mock('@jupyterlab/apputils', () => {
-  const toasts: {
-    id: string;
-    type: string;
-    message: string;
-    options: any;
-  }[] = [];
-  let next = 0;
-  const show =
-    (type: string) =>
-    (message: string, options: any = {}): string => {
-      const id = `toast-${++next}`;
-      toasts.push({ id, type, message, options });
-      return id;
-    };
-  return {
-    Notification: {
-      toasts,
-      info: show('info'),
-      success: show('success'),
-      warning: show('warning'),
-      error: show('error'),
-      dismiss: jest.fn(),
-      update: jest.fn(),
-      manager: { has: () => true }
-    },
-    Dialog: {
-      cancelButton: (options: object) => ({ ...options, accept: false }),
-      okButton: (options: object) => ({ ...options, accept: true }),
-      warnButton: (options: object) => ({ ...options, accept: true })
-    },
-    showDialog: jest.fn()
-  };
-});
+jest.mock('@jupyterlab/apputils', () =>
+  jest
+    .requireActual<typeof import('./apputilsStub')>('./apputilsStub')
+    .apputilsStub()
+);
 jest.mock('@jupyterlab/services', () => ({
   ServerConnection: {
     makeSettings: () => ({ baseUrl: 'http://localhost:8888/' }),

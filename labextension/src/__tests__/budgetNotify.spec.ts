@@ -12,34 +12,11 @@
  * module Jest does not load, records the toasts instead.
  */
 
-jest.mock('@jupyterlab/apputils', () => {
-  const toasts: {
-    id: string;
-    type: string;
-    message: string;
-    options: any;
-  }[] = [];
-  let next = 0;
-  const show =
-    (type: string) =>
-    (message: string, options: any = {}): string => {
-      const id = `toast-${++next}`;
-      toasts.push({ id, type, message, options });
-      return id;
-    };
-  return {
-    Notification: {
-      toasts,
-      info: show('info'),
-      success: show('success'),
-      warning: show('warning'),
-      error: show('error'),
-      dismiss: jest.fn()
-    },
-    Dialog: {},
-    showDialog: jest.fn()
-  };
-});
+jest.mock('@jupyterlab/apputils', () =>
+  jest
+    .requireActual<typeof import('./apputilsStub')>('./apputilsStub')
+    .apputilsStub()
+);
 jest.mock('@jupyterlab/services', () => ({
   ServerConnection: {
     makeSettings: () => ({ baseUrl: 'http://localhost:8888/' }),

@@ -11,32 +11,11 @@
  * module, an ES module Jest does not load, records the toasts instead.
  */
 
-jest.mock('@jupyterlab/apputils', () => {
-  const toasts: {
-    id: string;
-    type: string;
-    message: string;
-    options: any;
-  }[] = [];
-  let next = 0;
-  const show =
-    (type: string) =>
-    (message: string, options: any = {}): string => {
-      const id = `toast-${++next}`;
-      toasts.push({ id, type, message, options });
-      return id;
-    };
-  return {
-    Notification: {
-      toasts,
-      info: show('info'),
-      success: show('success'),
-      warning: show('warning'),
-      error: show('error'),
-      dismiss: jest.fn()
-    }
-  };
-});
+jest.mock('@jupyterlab/apputils', () =>
+  jest
+    .requireActual<typeof import('./apputilsStub')>('./apputilsStub')
+    .apputilsStub()
+);
 
 import { Notification } from '@jupyterlab/apputils';
 import { CommandRegistry } from '@lumino/commands';
