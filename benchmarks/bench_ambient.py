@@ -18,14 +18,12 @@ import argparse
 import shutil
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from procs import PageCache  # noqa: E402
-from suite_server import CONFIG, PAUSE_PHASES, RESUME_PHASES, SuiteServer  # noqa: E402
+from suite_server import PAUSE_PHASES, RESUME_PHASES, SuiteServer, server_with  # noqa: E402
 
 NOTEBOOK = """
 import random, warnings
@@ -39,18 +37,6 @@ frame = pd.DataFrame({"x": np.random.rand(1000)})
 weights = torch.rand(256, 256)
 frame.describe()
 """
-
-
-def server(on: bool) -> SuiteServer:
-    tmp = Path(tempfile.mkdtemp(prefix=f"bench-ambient-{'on' if on else 'off'}-"))
-    s = SuiteServer(tmp, PageCache(False))
-    s.label = f"ambient={on}"
-    (tmp / "config" / "jupyter_server_config.py").write_text(
-        CONFIG + f"c.GpuPauseApp.ambient = {on}\nc.GpuPauseApp.warm_kernels = False\n"
-    )
-    s.start()
-    s.warm_up()
-    return s
 
 
 def _deleted(s: SuiteServer, sid: str) -> bool:
@@ -88,7 +74,7 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--limit-ms", type=float, default=20.0)
     args = ap.parse_args()
-    servers = {True: server(True), False: server(False)}
+    servers = {on: server_with("ambient", on) for on in (True, False)}
     runs: dict[bool, list[dict]] = {True: [], False: []}
     try:
         for rep in range(args.reps):

@@ -16,26 +16,12 @@ import argparse
 import shutil
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from procs import PageCache  # noqa: E402
-from suite_server import CONFIG, SuiteServer  # noqa: E402
-
-
-def server(on: bool) -> SuiteServer:
-    tmp = Path(tempfile.mkdtemp(prefix=f"bench-trial-{'on' if on else 'off'}-"))
-    s = SuiteServer(tmp, PageCache(False))
-    s.label = f"test_restore={on}"
-    (tmp / "config" / "jupyter_server_config.py").write_text(
-        CONFIG + f"c.GpuPauseApp.test_restore = {on}\nc.GpuPauseApp.warm_kernels = False\n"
-    )
-    s.start()
-    s.warm_up()
-    return s
+from suite_server import server_with  # noqa: E402
 
 
 def main() -> int:
@@ -44,7 +30,7 @@ def main() -> int:
     ap.add_argument("--objects", type=int, default=10_000)
     ap.add_argument("--limit", type=float, default=1.10)
     args = ap.parse_args()
-    servers = {True: server(True), False: server(False)}
+    servers = {on: server_with("test_restore", on) for on in (True, False)}
     times: dict[bool, list[float]] = {True: [], False: []}
     try:
         for rep in range(args.reps):

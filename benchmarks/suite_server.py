@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import tempfile
 import time
 from pathlib import Path
 
@@ -249,3 +250,18 @@ def phases(prefix: str, detail: dict, names: tuple) -> dict:
     out = {f"{prefix}.{k}": float(timings.get(k) or 0.0) for k in names}
     out[f"{prefix}.duration_s"] = detail.get("duration_seconds")
     return out
+
+
+def server_with(setting: str, value) -> SuiteServer:
+    """A started, warmed-up server of this tree with ``c.GpuPauseApp.<setting> = value`` (and
+    no warm kernels), in a folder of its own: one side of a benchmark that compares a setting
+    on and off."""
+    tmp = Path(tempfile.mkdtemp(prefix=f"bench-{setting}-{value}-"))
+    s = SuiteServer(tmp, PageCache(False))
+    s.label = f"{setting}={value}"
+    (tmp / "config" / "jupyter_server_config.py").write_text(
+        CONFIG + f"c.GpuPauseApp.{setting} = {value!r}\nc.GpuPauseApp.warm_kernels = False\n"
+    )
+    s.start()
+    s.warm_up()
+    return s
