@@ -224,17 +224,23 @@ def _threads(deadline: float) -> list[str]:
     return left
 
 
-def _children(deadline: float) -> list[str]:
+def live_children() -> list[tuple[int, str]]:
+    """(pid, name) of every live process below the kernel's, zombies aside."""
     import psutil
 
+    alive = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if p.status() != psutil.STATUS_ZOMBIE:
+                alive.append((p.pid, p.name()))
+        except psutil.Error:  # ended meanwhile
+            continue
+    return alive
+
+
+def _children(deadline: float) -> list[str]:
     while True:
-        alive = []
-        for p in psutil.Process().children(recursive=True):
-            try:
-                if p.status() != psutil.STATUS_ZOMBIE:
-                    alive.append(f"the child process {p.pid} ({p.name()})")
-            except psutil.Error:  # ended meanwhile
-                continue
+        alive = [f"the child process {pid} ({name})" for pid, name in live_children()]
         if not alive or time.monotonic() >= deadline:
             return alive
         time.sleep(0.01)

@@ -15,6 +15,7 @@ import sys
 import threading
 import warnings
 
+from ..finish import live_children
 from . import RANDOM_LAST
 
 # Environment variables the server or the kernel's launcher owns: never carried, whatever a
@@ -380,7 +381,7 @@ class LooseEnds:
 
     def baseline(self) -> None:
         self._threads = {t.ident for t in threading.enumerate() if t.ident is not None}
-        self._children = {pid for pid, _name in _child_processes()}
+        self._children = {pid for pid, _name in live_children()}
         self._sockets = {(listening, local) for listening, local, _peer in _inet_sockets()}
 
     def capture(self):
@@ -410,27 +411,13 @@ class LooseEnds:
                 "a child process cannot travel: it is stopped with the kernel and not started "
                 "again",
             )
-            for pid, name in _child_processes()
+            for pid, name in live_children()
             if pid not in self._children
         ]
         out += _connections(self._sockets)
         out += _tasks()
         out += _transactions()
         return out
-
-
-def _child_processes() -> list[tuple[int, str]]:
-    """(pid, name) of the kernel's live child processes."""
-    import psutil
-
-    out = []
-    for c in psutil.Process().children():
-        try:
-            if c.status() != psutil.STATUS_ZOMBIE:
-                out.append((c.pid, c.name()))
-        except psutil.Error:
-            continue
-    return out
 
 
 def _kernel_ports() -> set[int]:
