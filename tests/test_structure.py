@@ -1,9 +1,12 @@
 """The server's rooms stay as ``jupyter_gpu_pause/server/__init__.py`` draws them: every module in
-a room, each room importing only the rooms below it, none grown past what one person can read.
+a room, each room importing only the rooms below it; and no module of the package imports
+itself back through others.
 
 A maintainer changing the resume path reads ``lifecycle/`` and what it may import, nothing else;
 these checks fail the build the day an import runs back up (say, the lifecycle importing
-telemetry instead of telemetry listening to its events).
+telemetry instead of telemetry listening to its events). Rooms are cut by what they are, not by
+their length. An import under ``if TYPE_CHECKING:`` names a type for the checker and runs
+nothing: a handler may name the service it calls that way.
 """
 
 from __future__ import annotations
@@ -37,10 +40,9 @@ ALLOWED = {
     },  # fmt: skip
     "web": {"config", "state"},
 }
-# modules that stay at the top: the wiring, and re-exports of moved public names (one release)
+PACKAGE = SERVER.parent
+# modules that stay at the top: the wiring
 TOP = {"__init__.py", "app.py"}
-SHIMS = {"bus.py": "state.bus", "probes.py": "capacity.probes"}
-ROOM_LINES = 2500
 
 
 def _modules():
@@ -52,30 +54,54 @@ def _room(path: Path) -> str | None:
     return rel.parts[0] if len(rel.parts) > 1 else None
 
 
-def _imported_rooms(path: Path) -> set[tuple[str, int]]:
-    """(room, line) for every import of another module of ``server/`` in ``path``."""
-    package = ["jupyter_gpu_pause", "server", *path.relative_to(SERVER).parts[:-1]]
-    out = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        names: list[list[str]] = []
-        if isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package[: len(package) - (node.level - 1)]
-                names.append(base + (node.module.split(".") if node.module else []))
-            elif node.module:
-                names.append(node.module.split("."))
-        elif isinstance(node, ast.Import):
-            names.extend(a.name.split(".") for a in node.names)
-        for name in names:
-            if name[:2] == ["jupyter_gpu_pause", "server"] and len(name) > 2:
-                out.add((name[2], node.lineno))
+def _for_the_checker(tree: ast.AST) -> set[int]:
+    """The nodes under ``if TYPE_CHECKING:``: imports that never run."""
+    out: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If):
+            test = node.test
+            name = test.id if isinstance(test, ast.Name) else getattr(test, "attr", None)
+            if name == "TYPE_CHECKING":
+                out.update(id(n) for stmt in node.body for n in ast.walk(stmt))
     return out
 
 
+def _imports(path: Path) -> list[tuple[list[str], list[str], int]]:
+    """(module, names imported from it, line) for every import in ``path`` that runs, at
+    module level or in a function; relative imports made absolute."""
+    rel = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    package = list(rel if path.name == "__init__.py" else rel[:-1])
+    if path.name == "__init__.py":
+        package = package[:-1]
+    tree = ast.parse(path.read_text())
+    skip = _for_the_checker(tree)
+    out = []
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - (node.level - 1)]
+                module = base + (node.module.split(".") if node.module else [])
+            else:
+                module = (node.module or "").split(".")
+            out.append((module, [a.name for a in node.names], node.lineno))
+        elif isinstance(node, ast.Import):
+            out.extend((a.name.split("."), [], node.lineno) for a in node.names)
+    return out
+
+
+def _imported_rooms(path: Path) -> set[tuple[str, int]]:
+    """(room, line) for every import of another module of ``server/`` in ``path``."""
+    return {
+        (module[2], line)
+        for module, _, line in _imports(path)
+        if module[:2] == ["jupyter_gpu_pause", "server"] and len(module) > 2
+    }
+
+
 def test_every_module_lives_in_a_room():
-    loose = [
-        p.name for p in _modules() if _room(p) is None and p.name not in TOP and p.name not in SHIMS
-    ]
+    loose = [p.name for p in _modules() if _room(p) is None and p.name not in TOP]
     assert loose == [], f"put these in a room of server/ (see its __init__): {loose}"
     for room in ALLOWED:
         init = SERVER / room / "__init__.py"
@@ -84,15 +110,6 @@ def test_every_module_lives_in_a_room():
         assert "Imports" in doc, f"server/{room}/__init__.py does not say what it may import"
     rooms = {p.name for p in SERVER.iterdir() if p.is_dir() and p.name != "__pycache__"}
     assert rooms == set(ALLOWED), "a room was added or removed: update ALLOWED and the table"
-
-
-def test_shims_only_re_export_their_new_module():
-    for name, target in SHIMS.items():
-        tree = ast.parse((SERVER / name).read_text())
-        body = [n for n in tree.body if not isinstance(n, ast.Expr)]  # the docstring
-        assert body and all(
-            isinstance(n, ast.ImportFrom) and n.level == 1 and n.module == target for n in body
-        ), f"server/{name} should only re-export .{target}"
 
 
 @pytest.mark.parametrize("room", sorted(ALLOWED))
@@ -105,10 +122,73 @@ def test_a_room_imports_only_the_rooms_below_it(room):
     assert wrong == [], f"{room} may import only {sorted(ALLOWED[room])}:\n" + "\n".join(wrong)
 
 
-@pytest.mark.parametrize("room", sorted(ALLOWED))
-def test_a_room_stays_readable(room):
-    lines = sum(len(p.read_text().splitlines()) for p in (SERVER / room).rglob("*.py"))
-    assert lines <= ROOM_LINES, f"server/{room}/ has {lines} lines: split it into two rooms"
+def _module_graph() -> dict[str, set[str]]:
+    """Every module of the package → the modules of the package it imports."""
+    modules = {}
+    for p in PACKAGE.rglob("*.py"):
+        if "__pycache__" in p.parts or "labextension" in p.parts:
+            continue
+        parts = list(p.relative_to(PACKAGE.parent).with_suffix("").parts)
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = p
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        deps = set()
+        for module, names, _ in _imports(path):
+            # ``from pkg import sub`` imports the module ``pkg.sub``; any other name, ``pkg``
+            target = ".".join(module)
+            subs = {f"{target}.{n}" for n in names} & modules.keys()
+            wanted = subs if subs and len(subs) == len(names) else subs | {target}
+            deps |= {m for m in wanted if m in modules and m != name}
+        graph[name] = deps
+    return graph
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_module_imports_itself_back():
+    graph = _module_graph()
+    circles = _circles(graph)
+    shown = [
+        " → ".join(g) + "\n    " + "; ".join(f"{v} imports {sorted(graph[v] & set(g))}" for v in g)
+        for g in circles
+    ]
+    assert circles == [], "import circles (move what they share into a module below):\n" + (
+        "\n".join(shown)
+    )
+
+
+def test_the_circle_check_sees_a_circle():
+    assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
 # -- who may write a session's state -------------------------------------------------------------
@@ -170,7 +250,7 @@ OPERATIONS = {
     "integrations.maintenance.StoreMaintenance": "UpkeepContext | None",
     "integrations.shutdown.EmergencyCheckpoint": "Lifecycle",
     "integrations.hub.StopWhenPaused": "Lifecycle",
-    "monitor.monitor.Monitor": "Lifecycle",
+    "monitor.monitor.Monitor": "Governed",  # monitor/governed.py: what it may use
 }
 
 
@@ -210,3 +290,36 @@ def test_the_client_imports_neither_the_server_nor_tornado():
                     wrong.append(f"client/{path.name}:{node.lineno} imports {name}")
     assert wrong == []
     assert (SERVER.parent / "py.typed").is_file(), "the package ships py.typed"
+
+
+def _state_words(path: Path) -> list[int]:
+    """Lines comparing or setting a session's state with a bare string, not ``SessionState``."""
+    words = {"active", "idle", "pausing", "suspended", "paused", "waiting", "restoring", "failed"}
+
+    def word(n: ast.AST) -> bool:
+        if isinstance(n, ast.Constant):
+            return n.value in words
+        return isinstance(n, ast.Tuple | ast.List | ast.Set) and any(word(e) for e in n.elts)
+
+    def is_state(n: ast.AST) -> bool:
+        return (isinstance(n, ast.Attribute) and n.attr == "state") or (
+            isinstance(n, ast.Name) and n.id == "state"
+        )
+
+    lines = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Compare) and is_state(node.left):
+            if any(word(c) for c in node.comparators):
+                lines.append(node.lineno)
+        elif isinstance(node, ast.Assign) and any(is_state(t) for t in node.targets):
+            if word(node.value):
+                lines.append(node.lineno)
+        elif isinstance(node, ast.keyword) and node.arg == "state" and word(node.value):
+            lines.append(node.value.lineno)
+    return lines
+
+
+def test_session_states_are_named_by_their_enum():
+    """``SessionState`` is the one vocabulary: a misspelt word fails where it is written."""
+    wrong = [f"{p.relative_to(SERVER)}:{n}" for p in _modules() for n in _state_words(p)]
+    assert wrong == [], "use SessionState members, not bare strings:\n" + "\n".join(wrong)

@@ -26,12 +26,14 @@ from datetime import datetime, timezone
 from ...store.format import iso
 from ..state.errors import BadRequest, BudgetExceeded, Forbidden, NotFound
 from ..state.event_types import EventType
+from ..state.model import SessionState
 from .ledger import BudgetLedger, Facts
 from .periods import ROLLING, WORDS, bounds
 from .rules import BudgetRule, applicable, exempt
 
 HOUR = 3600.0
-RESUMABLE = ("paused", "failed", "suspended")  # a resume of these starts anew: admitted here
+# a resume of these starts anew: admitted here
+RESUMABLE = (SessionState.PAUSED, SessionState.FAILED, SessionState.SUSPENDED)
 
 
 def _used(intervals, start: float, end: float) -> float:
@@ -315,14 +317,18 @@ class Budgets:
         user, groups = await self._target(user)
         await self.ledger.adjust(user, "grant", float(hours), self.user)
         self.log.info("jupyter_gpu_pause: %s granted %s %g GPU-hours", self.user, user, hours)
-        return (await self.figures_of(user, groups)).to_json()
+        now = await self.figures_of(user, groups)
+        assert now is not None, "_target found a budget for the user"
+        return now.to_json()
 
     async def reset(self, user) -> dict:
         """``user``'s period starts over now: usage and grants so far no longer count."""
         user, groups = await self._target(user)
         await self.ledger.adjust(user, "reset", 0.0, self.user)
         self.log.info("jupyter_gpu_pause: %s reset the GPU budget of %s", self.user, user)
-        return (await self.figures_of(user, groups)).to_json()
+        now = await self.figures_of(user, groups)
+        assert now is not None, "_target found a budget for the user"
+        return now.to_json()
 
     # -- each pass of the monitor --------------------------------------------------------------
     async def look(self, table, pick) -> Figures | None:

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from fnmatch import fnmatchcase
 
-from ..state.model import RUNNING, Session
+from ..state.model import RUNNING, Session, SessionState
 from . import Holder
 
-HOLDING = RUNNING + ("pausing", "restoring")  # states in which a kernel may hold a GPU
+# states in which a kernel may hold a GPU
+HOLDING = (*RUNNING, SessionState.PAUSING, SessionState.RESTORING)
 
 
 def is_gpu_session(s: Session, kernelspec_globs: list[str] | tuple[str, ...]) -> bool:
@@ -33,7 +34,7 @@ def holders(sessions, kernelspec_globs, is_running, server_id: str = "") -> list
     for s in sessions:
         if s.state not in HOLDING or not is_gpu_session(s, kernelspec_globs):
             continue
-        restoring = s.state == "restoring"
+        restoring = s.state == SessionState.RESTORING
         if restoring and s.device != "gpu":
             continue  # a CPU or ungoverned resume holds no GPU
         if not restoring and not is_running(s.kernel_id):

@@ -22,6 +22,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
+from typing import Any
 
 from ...store.format import iso
 from ..state.errors import GpuPauseError, Unavailable, WrongState
@@ -88,6 +89,13 @@ class Capacity:
         return self.provider.name
 
     @property
+    def _queue(self) -> CapacityQueue:
+        """The queue, for the code that runs only with one (``queued``, the heartbeat, a sync)."""
+        if self.queue is None:
+            raise RuntimeError("jupyter_gpu_pause: no capacity queue is configured")
+        return self.queue
+
+    @property
     def queued(self) -> bool:
         """Whether GPU resumes wait in line (the provider decides with the queue's usage)."""
         return self.queue is not None and self.provider.queued
@@ -109,7 +117,7 @@ class Capacity:
                 "(capacity-unavailable) and waiting ones keep their place until it is back "
                 "(tried again every %g s)",
                 e,
-                self.queue.lease_seconds / 3,
+                self._queue.lease_seconds / 3,
             )
         self.unavailable = str(e)
 
@@ -117,7 +125,7 @@ class Capacity:
         if self.unavailable is not None:
             self.unavailable = None
             self.log.warning(
-                "jupyter_gpu_pause: the capacity queue at %s is back", self.queue.where
+                "jupyter_gpu_pause: the capacity queue at %s is back", self._queue.where
             )
             self.changed()  # what changed meanwhile: tell it this server's GPU sessions
 
@@ -134,7 +142,7 @@ class Capacity:
         server's GPU sessions and claims again (after a lapse or an outage), and learns what
         other servers run now (``elsewhere``)."""
         while True:
-            await asyncio.sleep(self.queue.lease_seconds / 3)
+            await asyncio.sleep(self._queue.lease_seconds / 3)
             self.changed()
 
     # -- asking --------------------------------------------------------------------------------
@@ -162,15 +170,16 @@ class Capacity:
         if not self.queued:
             verdict = self._decide(need, [])
             return verdict.grant or Grant(), None
-        stamp = since.timestamp()
-        entry = None
+        queue, stamp = self._queue, since.timestamp()
+        entry: int | None = None
+        await self._told()
         try:
             while True:
                 wake = self._wake
                 try:
-                    if entry is None:
-                        entry, rank = await self.queue.join(need, name, stamp, rank)
-                    turn = await self.queue.turn(entry, rank, need, name, stamp, self._decide)
+                    if entry is None or rank is None:
+                        entry, rank = await queue.join(need, name, stamp, rank)
+                    turn = await queue.turn(entry, rank, need, name, stamp, self._decide)
                     self._up()
                 except QueueUnavailable as e:  # keep the place (it outlives an outage
                     self._down(e)  # shorter than the lease) and look again
@@ -179,7 +188,7 @@ class Capacity:
                     return turn.grant, rank
                 await on_wait(turn)
                 try:
-                    await asyncio.wait_for(wake.wait(), self.queue.poll_interval)
+                    await asyncio.wait_for(wake.wait(), queue.poll_interval)
                 except asyncio.TimeoutError:
                     pass
         except BaseException:
@@ -191,15 +200,16 @@ class Capacity:
         """A grant if nobody is in line and it fits now, else None (never waits)."""
         if not self.queued:
             return self.provider.decide(need, []).grant
+        await self._told()
         try:
-            return await self.queue.try_now(need, self.provider.decide)
+            return await self._queue.try_now(need, self.provider.decide)
         except QueueUnavailable as e:  # nobody can say a GPU is free: the CPU, as asked
             self._down(e)
             return None
 
     async def _leave(self, entry: int | None, session_id: str) -> None:
         try:
-            await self.queue.leave(entry, session_id)
+            await self._queue.leave(entry, session_id)
         except QueueUnavailable as e:  # told again by the heartbeat once it is back
             self._down(e)
         except Exception:
@@ -251,6 +261,13 @@ class Capacity:
         else:
             self._dirty = True
 
+    async def _told(self) -> None:
+        """Before the queue decides on a GPU for this server: it knows every GPU session this
+        server holds now (a kernel opened a moment ago included), not as of the last update."""
+        self.changed()
+        if self._sync_task is not None:
+            await asyncio.wait([self._sync_task])  # a cancelled resume leaves the sync running
+
     async def _sync(self) -> None:
         while True:
             self._dirty = False
@@ -258,7 +275,7 @@ class Capacity:
                 live = self._live() | self._claiming
                 holders = self._holders()
                 metered = self.meter(holders) if self.meter is not None else None
-                self.elsewhere = await self.queue.set_holders(holders, live, metered)
+                self.elsewhere = await self._queue.set_holders(holders, live, metered)
                 self._up()
             except QueueUnavailable as e:  # told again by the heartbeat once it is back
                 self._down(e)
@@ -276,7 +293,7 @@ class Capacity:
     # -- GET capacity --------------------------------------------------------------------------
     async def describe(self, paths: dict[str, str]) -> dict:
         """``paths``: this server's session ids → notebook paths (others show file names)."""
-        snap = {"queue": [], "holders": []}
+        snap: dict[str, Any] = {"queue": [], "holders": []}
         if self.queue is not None:
             try:
                 snap = await self.queue.snapshot()
@@ -285,18 +302,18 @@ class Capacity:
                 self._down(e)
         holders = snap["holders"]
         queue = []
-        for e in snap["queue"]:
+        for w in snap["queue"]:
             queue.append(
                 {
-                    "session_id": e["session_id"],
-                    "path": paths.get(e["session_id"], e["name"]),
-                    "server": e["server"],
-                    "user": e["user"],
-                    "position": e["position"],
-                    "since": iso(datetime.fromtimestamp(e["since"], timezone.utc)),
-                    "needs_bytes": e["needs_bytes"],
-                    "reason": e["reason"],
-                    "message": e["message"],
+                    "session_id": w["session_id"],
+                    "path": paths.get(w["session_id"], w["name"]),
+                    "server": w["server"],
+                    "user": w["user"],
+                    "position": w["position"],
+                    "since": iso(datetime.fromtimestamp(w["since"], timezone.utc)),
+                    "needs_bytes": w["needs_bytes"],
+                    "reason": w["reason"],
+                    "message": w["message"],
                 }
             )
         return {

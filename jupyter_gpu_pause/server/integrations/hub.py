@@ -39,7 +39,7 @@ from ..config.checks import ConfigError
 from ..lifecycle.lifecycle import Lifecycle
 from ..state.errors import GpuPauseError
 from ..state.event_types import EventType
-from ..state.model import Session
+from ..state.model import Session, SessionState
 
 TRAIT = "GpuPauseApp.stop_server_when_paused"
 REASON = "stop-server"  # the reason of the events and of the pauses this module starts
@@ -216,7 +216,7 @@ class StopWhenPaused:
             return
         self._task = asyncio.ensure_future(self._run(s.id))
 
-    async def _run(self, session_id: str) -> None:
+    async def _run(self, session_id: str | None) -> None:
         while session_id:
             self._again = None
             # The paused event is recorded from inside the pause's operation: wait until the
@@ -239,9 +239,13 @@ class StopWhenPaused:
             self._keep("a pause or resume is in flight", in_flight)
             return
         gpu = [s for s in lc.table if lc.gpu_session(s)]
-        if not any(s.state == "paused" for s in gpu):
+        if not any(s.state == SessionState.PAUSED for s in gpu):
             return
-        running = [s for s in lc.table if s.state != "paused" and lc.bridge.is_running(s.kernel_id)]
+        running = [
+            s
+            for s in lc.table
+            if s.state != SessionState.PAUSED and lc.bridge.is_running(s.kernel_id)
+        ]
         gpu_running = [s.path for s in running if lc.gpu_session(s)]
         if gpu_running:
             self._keep("GPU sessions still run", gpu_running)
@@ -264,7 +268,8 @@ class StopWhenPaused:
         """Pause the non-GPU sessions still running, all or none: if one cannot be paused
         without interrupting someone or losing its state, the server stays up as it is."""
         lc = self.lc
-        busy = [s.path for s in running if lc.user_cell_running(s.kernel_id)]
+        # running: each has a kernel (bridge.is_running)
+        busy = [s.path for s in running if s.kernel_id and lc.user_cell_running(s.kernel_id)]
         if busy:
             self._keep("a cell is running", busy)
             return

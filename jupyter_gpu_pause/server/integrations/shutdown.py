@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from ..lifecycle.lifecycle import Lifecycle
 from ..state.errors import failure
 from ..state.event_types import EventType
-from ..state.model import RUNNING, Session
+from ..state.model import RUNNING, Session, SessionState
 
 MODES = ("gpu", "all", "none")
 SETTLE = 3.0  # seconds a pause cancelled at the deadline may take to record its outcome
@@ -139,7 +139,7 @@ class EmergencyCheckpoint:
             await self._abandon(late, reason)
         for op in ops:
             s = op.session
-            if s.state == "paused" or (op.committed and s.id not in self._abandoned):
+            if s.state == SessionState.PAUSED or (op.committed and s.id not in self._abandoned):
                 outcome.paused.append(s.path)  # (committed: checkpoint done, kernel stopping)
             elif s.id in self._abandoned:
                 outcome.timed_out.append(s.path)
@@ -168,7 +168,7 @@ class EmergencyCheckpoint:
             op = lc.ops.get(s.id)
             if op is not None and op.task is not None:
                 ops.append(op)
-            elif s.state == "paused":
+            elif s.state == SessionState.PAUSED:
                 outcome.paused.append(s.path)
         return ops
 

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import asyncio
 
+from ...kernel.protocol import CHECK, CheckArgs, CheckReply
 from ..kernels.replies import check_report
 from ..state.errors import AgentFailed, GpuPauseError, WrongState
-from ..state.model import RUNNING, Session
+from ..state.model import RUNNING, Session, SessionState
 from .context import CheckContext
 
 CHECK_TIMEOUT = 30.0  # seconds a dry run may take before the check gives up
@@ -18,11 +19,11 @@ BUSY_GRACE = 1.0  # seconds a check waits for a cell that is just ending (its id
 
 # Why a session that is not running cannot be checked, in words for the user.
 _NOT_CHECKABLE = {
-    "pausing": "a pause of it is already under way",
-    "paused": "its kernel is stopped, and its checkpoint lists what was saved",
-    "waiting": "it is waiting for a GPU to resume and has no kernel yet",
-    "restoring": "it is being resumed, so check again once its kernel runs",
-    "failed": "its last operation failed and there is no kernel to check",
+    SessionState.PAUSING: "a pause of it is already under way",
+    SessionState.PAUSED: "its kernel is stopped, and its checkpoint lists what was saved",
+    SessionState.WAITING: "it is waiting for a GPU to resume and has no kernel yet",
+    SessionState.RESTORING: "it is being resumed, so check again once its kernel runs",
+    SessionState.FAILED: "its last operation failed and there is no kernel to check",
 }
 
 
@@ -30,10 +31,9 @@ class DryRun:
     def __init__(self, ctx: CheckContext, s: Session):
         self.ctx, self.s = ctx, s
 
-    async def run(self) -> dict:
-        ctx, s = self.ctx, self.s
-        self._require_checkable()
-        kid = s.kernel_id
+    async def run(self) -> CheckReply:
+        ctx = self.ctx
+        kid = self._require_checkable()
         if await self._still_busy(kid, BUSY_GRACE):
             raise WrongState(
                 "the kernel is running a cell; check again when it has finished "
@@ -45,12 +45,12 @@ class DryRun:
             report = await asyncio.wait_for(
                 ctx.bridge.run_agent(
                     kid,
-                    "check",
-                    {
-                        "capture": ctx.settings.capture,
-                        "test_restore": ctx.settings.test_restore,
-                        "ambient": ctx.settings.ambient,
-                    },
+                    CHECK,
+                    CheckArgs(
+                        capture=ctx.settings.capture,
+                        test_restore=ctx.settings.test_restore,
+                        ambient=ctx.settings.ambient,
+                    ),
                 ),
                 CHECK_TIMEOUT,
             )
@@ -72,14 +72,15 @@ class DryRun:
             raise
         return check_report(report)
 
-    def _require_checkable(self) -> None:
+    def _require_checkable(self) -> str:
+        """The running kernel's id, or WrongState saying why the session cannot be checked."""
         s = self.s
         if s.id in self.ctx.ops or s.state not in RUNNING:
             why = _NOT_CHECKABLE.get(s.state, "it has no running kernel")
             raise WrongState(
                 f"cannot check what a pause would save: the session is {s.state} — {why}"
             )
-        self.ctx.require_agent(s, "check")
+        return self.ctx.require_agent(s, "check")
 
     async def _still_busy(self, kernel_id: str, grace: float) -> bool:
         """A person's cell runs, and still does after ``grace`` seconds."""

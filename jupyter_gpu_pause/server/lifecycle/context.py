@@ -15,9 +15,10 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, cast
 
-from ..state.model import Session
+from ...kernel.protocol import Progress as AgentProgress
+from ..state.model import Progress, Session
 
 if TYPE_CHECKING:
     from ..capacity import Capacity
@@ -48,6 +49,15 @@ class EventOutbox(Protocol):
 
     async def record(self, event: dict, s: Session) -> None:
         """Record ``event`` of ``s`` and the deliveries it owes."""
+
+
+class ResumeAdmission(Protocol):
+    """Whether a resume may start, and where (``budgets.Budgets.admit``): the ``device`` to
+    use, or a refusal (``BudgetExceeded``)."""
+
+    async def __call__(
+        self, s: Session, device: str | None, gpu_session: Callable[[Session], bool], /
+    ) -> str | None: ...
 
 
 class KernelUse(Protocol):
@@ -110,7 +120,7 @@ class CheckContext:
     settings: PauseSettings
     ops: Operations  # a session with an operation in flight is not checked
     user_cell_running: Callable[[str], bool]
-    require_agent: Callable[[Session, str], None]
+    require_agent: Callable[[Session, str], str]  # the running kernel's id, or WrongState
 
 
 @dataclass(frozen=True)
@@ -133,10 +143,11 @@ class UpkeepContext:
     op_task: Callable[[str], asyncio.Future | None]
 
 
-def progress_into(s: Session) -> Callable[[dict], None]:
+def progress_into(s: Session) -> Callable[[AgentProgress], None]:
     """The agent's progress updates onto the session (what the panel and ``GET`` show)."""
 
-    def update(p: dict) -> None:
-        s.progress = {k: v for k, v in p.items() if k != "packages"}  # the pool's, not ours
+    def update(p: AgentProgress) -> None:
+        # the agent's keys but ``packages`` (the pool's, not ours) are the session's own
+        s.progress = cast(Progress, {k: v for k, v in p.items() if k != "packages"})
 
     return update

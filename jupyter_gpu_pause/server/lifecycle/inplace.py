@@ -11,19 +11,20 @@ kernel from that checkpoint.
 
 from __future__ import annotations
 
-import asyncio
+import functools
 
 from ...store.format import iso
 from ..state.errors import failure
 from ..state.event_types import EventType
-from ..state.model import Session
+from ..state.model import Session, SessionState
+from ..state.model import Suspension as SuspensionRecord
 from ..suspend.session import guard_lifted, not_back
 from .context import ResumeContext
-from .operations import Op
+from .operations import Op, Outcome
 from .resume import Resume, ResumeOptions
 
 
-def per_device(suspended: dict) -> list[int]:
+def per_device(suspended: SuspensionRecord) -> list[int]:
     """The GPU memory the suspended kernel held, per device (one device if unknown)."""
     devices = max(1, len(suspended.get("devices") or []))
     total = int(suspended.get("gpu_bytes") or 0)
@@ -34,33 +35,44 @@ class ResumeInPlace(Resume):
     def __init__(self, ctx: ResumeContext, s: Session, op: Op):
         super().__init__(ctx, s, op, ResumeOptions(()))
         op.kernel_id = s.kernel_id
+        # the suspension, as admission found it
+        self.was: SuspensionRecord = s.suspended.copy() if s.suspended else {}
 
     def cpu_now(self) -> None:
         """A suspended kernel's CUDA state can only go back onto a GPU: it keeps its place."""
 
-    async def run(self) -> None:
+    def after_work(self) -> None:
+        self.s.progress, self.s.queue_position, self.s.waiting = None, None, None
+
+    async def work(self) -> Outcome:
         s, ctx = self.s, self.ctx
-        suspended = dict(s.suspended or {})
-        try:
-            self.clock.enter("capacity")
-            on = tuple(suspended.get("devices") or ())  # its own GPUs: the driver's restore
-            need = ctx.capacity.need(s.id, per_device(suspended), on)
-            grant = await self._wait_in_line(need, "gpu")
-            s.state, s.device = "restoring", "gpu"
-            s.grant = {"devices": grant.devices, "bytes": grant.bytes}
-            s.message = "Restoring in place: copying the kernel's memory back to the GPU"
-            s.progress = {"phase": "restoring", "done_bytes": 0, "total_bytes": None}
-            self.clock.enter("read")
-            await ctx.suspender.restore(suspended.get("pids") or [])
-            await guard_lifted(ctx.bridge.run_agent, s)
-        except (Exception, asyncio.CancelledError) as e:
-            await ctx.capacity.release(s.id)
-            await self._not_back(suspended, e)
-            return
-        finally:
-            s.progress, s.queue_position, s.waiting = None, None, None
+        self.was = s.suspended.copy() if s.suspended else {}
+        self.clock.enter("capacity")
+        on = tuple(self.was.get("devices") or ())  # its own GPUs: the driver's restore
+        need = ctx.capacity.need(s.id, per_device(self.was), on)
+        grant = await self._wait_in_line(need, "gpu")
+        s.state, s.device = SessionState.RESTORING, "gpu"
+        s.grant = {"devices": grant.devices, "bytes": grant.bytes}
+        s.message = "Restoring in place: copying the kernel's memory back to the GPU"
+        s.progress = {"phase": "restoring", "done_bytes": 0, "total_bytes": None}
+        self.clock.enter("read")
+        assert ctx.suspender is not None  # a session is only suspended by the suspend tier
+        await ctx.suspender.restore(self.was.get("pids") or [])
+        await guard_lifted(ctx.bridge.run_agent, s)
+        return functools.partial(self._back, grant)
+
+    async def cancelled(self) -> None:
+        await self.ctx.capacity.release(self.s.id)
+        await self._not_back(None)
+
+    async def failed(self, e: Exception) -> None:
+        await self.ctx.capacity.release(self.s.id)
+        await self._not_back(e)
+
+    async def _back(self, grant) -> None:
+        s, ctx = self.s, self.ctx
         timings = self.clock.report()
-        s.state, s.error, s.suspended = "active", None, None
+        s.state, s.error, s.suspended = SessionState.ACTIVE, None, None
         s.message = "Resumed in place: the same kernel, every variable as it was"
         await ctx.table.persist(s)
         await ctx.table.record_event(
@@ -69,7 +81,7 @@ class ResumeInPlace(Resume):
             "user",
             in_place=True,
             kernel_id=s.kernel_id,
-            checkpoint_id=(s.checkpoint or {}).get("id"),
+            checkpoint_id=s.checkpoint["id"] if s.checkpoint else None,
             device="gpu",
             devices=grant.devices,
             waited_seconds=round(self.waited, 3),
@@ -78,12 +90,9 @@ class ResumeInPlace(Resume):
             **timings,
         )
 
-    async def _not_back(self, suspended: dict, e: BaseException) -> None:
-        if isinstance(e, asyncio.CancelledError):
-            reason, text = "cancelled", "the resume was cancelled"
-        else:
-            reason, text = failure(e)
+    async def _not_back(self, e: Exception | None) -> None:
+        reason, text = failure(e) if e is not None else ("cancelled", "the resume was cancelled")
         ctx = self.ctx
         await not_back(
-            ctx.table, ctx.bridge.kill, self.s, suspended, reason, text, self.clock.report()
+            ctx.table, ctx.bridge.kill, self.s, self.was, reason, text, self.clock.report()
         )

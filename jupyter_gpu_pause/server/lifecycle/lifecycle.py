@@ -10,8 +10,10 @@ under one lock, so two requests never start two operations) and gives each its c
 from __future__ import annotations
 
 import asyncio
+import builtins
 from collections.abc import Callable
 
+from ...kernel.protocol import USAGE, CheckReply, NoArgs
 from ...store.format import check_checkpoint_id, iso
 from ..capacity import Capacity, CapacityProvider, CapacityQueue
 from ..capacity.gpu_sessions import holders, is_gpu_session
@@ -21,7 +23,7 @@ from ..kernels.spares import WarmKernels
 from ..state.checkpoints import Checkpoints
 from ..state.errors import BadRequest, GpuPauseError, NotFound, Unavailable, WrongState
 from ..state.event_types import EventType
-from ..state.model import RUNNING, Session
+from ..state.model import RUNNING, Session, SessionState
 from ..state.records import Records
 from ..state.views import session_json
 from ..suspend.kept import KeptKernels
@@ -34,6 +36,7 @@ from .context import (
     KernelUse,
     PauseContext,
     RecoveryContext,
+    ResumeAdmission,
     ResumeContext,
     StoreUpkeep,
     UpkeepContext,
@@ -106,11 +109,20 @@ class Lifecycle:
         # resumes restoring at once (0: twice the CPUs this server may use); see slots.py
         self.restore_slots = RestoreSlots(restore_slots)
         self.table = SessionTable(
-            bridge, records, self.ops, log, self.capacity.changed, kernel_use, outbox
+            bridge=bridge,
+            records=records,
+            ops=self.ops,
+            log=log,
+            on_change=self.capacity.changed,
+            kernel_use=kernel_use,
+            outbox=outbox,
         )
         # Admission (state checks up to registering the operation) awaits I/O; one lock keeps
         # two requests from both passing the checks and starting two operations.
         self._admission = asyncio.Lock()
+        # the budgets' say on a resume (``budgets.Budgets.admit``; None: no budgets), asked
+        # under the lock, so no two resumes pass one budget's last minutes
+        self.resume_admission: ResumeAdmission | None = None
         self._auto_rebuilds: set[asyncio.Future] = set()
         self.kernel_use = kernel_use
         self.warm = (
@@ -124,19 +136,47 @@ class Lifecycle:
             else None
         )
         self._pause_ctx = PauseContext(
-            bridge, self.table, checkpoints, self.capacity, settings, log, self.warm,
-            self.maintenance, self.gpu_session, self.suspender, self.kept, keep_suspended_seconds,
-        )  # fmt: skip
+            bridge=bridge,
+            table=self.table,
+            checkpoints=checkpoints,
+            capacity=self.capacity,
+            settings=settings,
+            log=log,
+            warm=self.warm,
+            upkeep=self.maintenance,
+            gpu_session=self.gpu_session,
+            suspender=self.suspender,
+            kept=self.kept,
+            keep_seconds=keep_suspended_seconds,
+        )
         self._resume_ctx = ResumeContext(
-            bridge, self.table, checkpoints, self.capacity, settings, log, self.warm,
-            self.restore_slots, resume_timeout, self.gpu_session, self.auto_rebuild,
-            self.suspender,
-        )  # fmt: skip
+            bridge=bridge,
+            table=self.table,
+            checkpoints=checkpoints,
+            capacity=self.capacity,
+            settings=settings,
+            log=log,
+            warm=self.warm,
+            restore_slots=self.restore_slots,
+            resume_timeout=resume_timeout,
+            gpu_session=self.gpu_session,
+            auto_rebuild=self.auto_rebuild,
+            suspender=self.suspender,
+        )
         self._check_ctx = CheckContext(
-            bridge, settings, self.ops, self.user_cell_running, self.require_agent
+            bridge=bridge,
+            settings=settings,
+            ops=self.ops,
+            user_cell_running=self.user_cell_running,
+            require_agent=self.require_agent,
         )
         self._recovery_ctx = RecoveryContext(
-            self.table, records, checkpoints, settings, self.ops, log
+            table=self.table,
+            records=records,
+            checkpoints=checkpoints,
+            settings=settings,
+            ops=self.ops,
+            log=log,
         )
         # Jupyter serves requests before extensions finish starting; until the records are
         # loaded, an empty session list would tell a user their paused work is gone.
@@ -216,9 +256,9 @@ class Lifecycle:
     async def cull(self, session_id: str, reason: str) -> None:
         """Shut the kernel down without a checkpoint (an admin's ``cull`` policy)."""
         s = self.table.get(session_id)
-        if s.state not in RUNNING or s.id in self.ops:
-            raise WrongState(f"cannot cull: the session is {s.state}")
         kernel_id = s.kernel_id
+        if s.state not in RUNNING or kernel_id is None or await self._settled(s):
+            raise WrongState(f"cannot cull: the session is {s.state}")
         await self.bridge.shutdown(kernel_id)
         await self.table.record_event(
             s,
@@ -248,27 +288,33 @@ class Lifecycle:
             s,
             EventType.failed(op.kind),
             op.reason,
-            state="active" if kernel_kept else "failed",
+            state=SessionState.ACTIVE if kernel_kept else SessionState.FAILED,
             reason="internal",
             text=text,
             intact=kernel_kept or bool(s.checkpoint),
         )
 
     # -- shared by the operations ------------------------------------------------------------
-    def require_agent(self, s: Session, verb: str) -> None:
-        """The session's kernel runs and speaks Python, so our agent can run in it."""
+    def require_agent(self, s: Session, verb: str) -> str:
+        """The session's kernel runs and speaks Python, so our agent can run in it: its id."""
         language = self.bridge.language(s.kernel_name)
         if language != "python":
             raise WrongState(f"pause is not supported for {language} kernels", "unsupported-kernel")
-        if not self.bridge.is_running(s.kernel_id):
+        kernel_id = s.kernel_id
+        if kernel_id is None or not self.bridge.is_running(kernel_id):
             raise WrongState(f"cannot {verb}: the session's kernel is not running", "no-kernel")
+        return kernel_id
 
     def gpu_session(self, s: Session) -> bool:
         return is_gpu_session(s, self.gpu_kernelspecs)
 
     def _live(self) -> set[str]:
         """Sessions this server runs: a kernel, or an operation under way."""
-        return {s.id for s in self.table.sessions.values() if s.state not in ("paused", "failed")}
+        return {
+            s.id
+            for s in self.table.sessions.values()
+            if s.state not in (SessionState.PAUSED, SessionState.FAILED)
+        }
 
     def _elsewhere(self) -> dict[str, str]:
         return self.capacity.elsewhere
@@ -303,7 +349,7 @@ class Lifecycle:
         if use is None or use.ran_code(kernel_id) or kernel_id in self.ops.kernel_ids():
             return False
         try:
-            asked = self.bridge.run_agent(kernel_id, "usage", {})
+            asked = self.bridge.run_agent(kernel_id, USAGE, NoArgs())
             cells = (await asyncio.wait_for(asked, USAGE_WAIT)).get("cells_run")
         except (GpuPauseError, asyncio.TimeoutError) as e:
             self.log.info("jupyter_gpu_pause: kernel %s did not say what it ran: %r", kernel_id, e)
@@ -323,9 +369,10 @@ class Lifecycle:
         return [self.view(s) for s in sorted(found, key=lambda s: (s.path, s.created))]
 
     def view(self, s: Session) -> dict:
-        running = self.bridge.is_running(s.kernel_id)
-        kernel = self.bridge.kernel(s.kernel_id) if running else None
-        busy = self.kernel_use.is_busy(s.kernel_id) if running and self.kernel_use else None
+        kid = s.kernel_id if self.bridge.is_running(s.kernel_id) else None
+        running = kid is not None
+        kernel = self.bridge.kernel(kid) if kid is not None else None
+        busy = self.kernel_use.is_busy(kid) if kid is not None and self.kernel_use else None
         notice = self.checkpoints.key_problem if s.checkpoint and not running else None
         elsewhere = None if running else self.capacity.elsewhere.get(s.id)
         return session_json(
@@ -336,7 +383,7 @@ class Lifecycle:
         """The session of a running kernel (for the kernel's own requests)."""
         await self.table.refresh()
         s = self.table.session_for_kernel(kernel_id)
-        if s is None and kernel_id in self.table.waiting_kernels:
+        if s is None and kernel_id in self.table.waiting_kernels and self.kernel_use is not None:
             # a paused notebook's new kernel asking from a cell: it runs code, it is a session
             self.kernel_use.saw_code(kernel_id)
             await self.table.refresh()
@@ -347,16 +394,24 @@ class Lifecycle:
             )
         return s
 
-    async def list_checkpoints(self, session_id: str) -> list[dict]:
+    async def list_checkpoints(self, session_id: str) -> builtins.list[dict]:
         self.table.get(session_id)
         return await self.checkpoints.summaries(session_id)
 
-    async def events(self, since=None, session_id=None) -> list[dict]:
+    async def events(self, since=None, session_id=None) -> builtins.list[dict]:
         return await self.records.events(since=since, session_id=session_id)
 
     def busy_sessions(self) -> set[str]:
         """Sessions with a pause or resume in flight."""
         return self.ops.session_ids()
+
+    def kernels_in_flight(self) -> set[str]:
+        """Kernels an operation is pausing or restoring into."""
+        return self.ops.kernel_ids()
+
+    def capacity_changed(self) -> None:
+        """Something the node's GPU use is computed from changed (a new GPU reading)."""
+        self.capacity.changed()
 
     def op_task(self, session_id: str):
         op = self.ops.get(session_id)
@@ -368,7 +423,7 @@ class Lifecycle:
         async with self._admission:
             s = self.table.get(session_id)
             op = await self._settled(s)
-            if (op and op.kind == "pause") or (s.state == "paused" and not op):
+            if (op and op.kind == "pause") or (s.state == SessionState.PAUSED and not op):
                 return s  # join the running pause / already paused
             if op and op.kind == "rebuild":
                 raise WrongState(
@@ -377,36 +432,31 @@ class Lifecycle:
                 )
             if op or s.state not in RUNNING:
                 raise WrongState(f"cannot pause: the session is {s.state}")
-            self.require_agent(s, "pause")
+            kernel_id = self.require_agent(s, "pause")
             await self.checkpoints.require_key()  # a checkpoint nobody could verify is no pause
-            op = Op("pause", s, kernel_id=s.kernel_id, reason=reason)
-            pause = Pause(self._pause_ctx, s, op, reason)
-            pause.begin(busy=self.bridge.execution_state(s.kernel_id) == "busy")
+            op = Op("pause", s, kernel_id=kernel_id, reason=reason)
+            busy = self.bridge.execution_state(kernel_id) == "busy"
+            self.ops.start(op, Pause(self._pause_ctx, s, op, kernel_id, reason, busy))
             await self.table.persist(s)
-            self.ops.start(op, pause.run())
             return s
 
-    async def check(self, session_id: str) -> dict:
+    async def check(self, session_id: str) -> CheckReply:
         """What a pause would save and skip, now, without writing or changing anything."""
         s = self.table.get(session_id)
         await self._settled(s)
         return await DryRun(self._check_ctx, s).run()
 
     async def _settled(self, s: Session) -> Op | None:
-        """The session's operation in flight, once it is one for the user: a resume that has
-        made the session ``active`` is over for whoever sees that state, and only records its
-        outcome still (persist, event); a pause or check asked now waits for that instead of
-        refusing a session shown as active."""
-        op = self.ops.get(s.id)
-        if op is not None and op.kind == "resume" and s.state in RUNNING and op.task:
-            await asyncio.wait([op.task])
-            op = self.ops.get(s.id)
-        return op
+        """The session's operation in flight, as an action asked now must see it: one that
+        has published its outcome (``paused``, ``active``…) is over for whoever sees that
+        state and only records it still; the action waits for that instead of refusing a
+        state that offers it (``Operations.settled``)."""
+        return await self.ops.settled(s.id)
 
     async def cancel(self, session_id: str) -> Session:
         s = self.table.get(session_id)
-        op = self.ops.get(s.id)
-        if op is None or s.state not in ("pausing", "waiting"):
+        op = await self._settled(s)
+        if op is None or s.state not in (SessionState.PAUSING, SessionState.WAITING):
             raise WrongState(f"nothing to cancel: the session is {s.state}")
         if op.committed:
             raise WrongState(
@@ -417,7 +467,7 @@ class Lifecycle:
 
     async def delete(self, session_id: str, delete_checkpoints: bool = False) -> None:
         s = self.table.get(session_id)
-        if s.state in RUNNING + ("suspended",) or s.id in self.ops:
+        if s.state in RUNNING + (SessionState.SUSPENDED,) or await self._settled(s):
             raise WrongState(
                 f"cannot delete a session that is {s.state}; pause it or shut its kernel down first"
             )
@@ -457,25 +507,24 @@ class Lifecycle:
             await self.ops.cancel(op)
         if not in_place:
             if not (self.kept and await self.kept.let_go_now(s.id, "a resume from its checkpoint")):
-                await self.bridge.kill(s.kernel_id)
+                if s.kernel_id is not None:  # a suspended session's kept kernel
+                    await self.bridge.kill(s.kernel_id)
                 await self.table.suspended_gone(s, "its kept kernel was stopped")
             return False
         if self.kept is not None:
             self.kept.drop(s.id)
         await self.capacity.claim(s.id)
         op = Op("resume", s, kernel_id=s.kernel_id)
-        resume = ResumeInPlace(self._resume_ctx, s, op)
-        resume.begin()
+        self.ops.start(op, ResumeInPlace(self._resume_ctx, s, op))
         self.capacity.claimed(s.id)
         await self.table.persist(s)
-        self.ops.start(op, resume.run())
         return True
 
     # -- rebuild -------------------------------------------------------------------------------
     async def rebuild(
         self,
         session_id: str,
-        names: list[str] | None = None,
+        names: builtins.list[str] | None = None,
         confirm: bool = False,
         reason: str = "user",
     ) -> Session:
@@ -516,12 +565,10 @@ class Lifecycle:
                     f"{', '.join(offer['names'])})",
                     "bad-names",
                 )
-            self.require_agent(s, "rebuild")
-            op = Op("rebuild", s, kernel_id=s.kernel_id, reason=reason)
-            rebuild = Rebuild(self._resume_ctx, s, op, names, confirm)
-            rebuild.begin()
+            kernel_id = self.require_agent(s, "rebuild")
+            op = Op("rebuild", s, kernel_id=kernel_id, reason=reason)
+            self.ops.start(op, Rebuild(self._resume_ctx, s, op, kernel_id, names, confirm))
             await self.table.persist(s)
-            self.ops.start(op, rebuild.run())
             return s
 
     async def rebuilt_in_kernel(self, s: Session, result: dict) -> None:
@@ -573,17 +620,25 @@ class Lifecycle:
                     check_checkpoint_id(checkpoint_id)
                 except ValueError as e:
                     raise BadRequest(str(e), "bad-checkpoint-id") from None
-            op = self.ops.get(s.id)
+            op = await self._settled(s)
             if op and op.kind == "resume":
-                if device == "cpu" and s.state == "waiting":
+                if (
+                    device == "cpu"
+                    and s.state == SessionState.WAITING
+                    and isinstance(op.control, Resume)
+                ):
                     op.control.cpu_now()
                 return s
-            if s.state == "suspended":
+            if self.resume_admission is not None:  # over a GPU-hour budget: 409, "any" → CPU
+                device = await self.resume_admission(s, device, self.gpu_session)
+            if s.state == SessionState.SUSPENDED:
                 in_place = device in (None, "gpu") and not (checkpoint_id or into_kernel)
                 if await self._from_suspended(s, op, in_place):
                     return s
                 op = None  # its kept kernel let go: resumed from its checkpoint below
-            if op or not (s.state == "paused" or (s.state == "failed" and s.checkpoint)):
+            if op or not (
+                s.state == SessionState.PAUSED or (s.state == SessionState.FAILED and s.checkpoint)
+            ):
                 raise WrongState(f"cannot resume: the session is {s.state}")
             await self.checkpoints.require_key()
             ids = await self.checkpoints.ids(s.id)
@@ -604,7 +659,7 @@ class Lifecycle:
                     "bad-into-kernel",
                 )
             # A kernel that ran nothing (JupyterLab's, on opening the notebook) is taken as is
-            adopt = bool(live) and into_kernel is None and await self.ran_nothing(live)
+            adopt = bool(live and into_kernel is None and await self.ran_nothing(live))
             if live and into_kernel is None and not adopt:
                 raise WrongState(
                     f"{s.path} already has a running kernel ({live}) that has run code; "
@@ -616,11 +671,8 @@ class Lifecycle:
             # one server at a time: 409 resumed-elsewhere, 503 when the queue cannot tell
             await self.capacity.claim(s.id)
             op = Op("resume", s, kernel_id=into_kernel)
-            resume = Resume(
-                self._resume_ctx, s, op, ResumeOptions(tuple(ids), device, into_kernel, adopt)
-            )
-            resume.begin()
+            options = ResumeOptions(tuple(ids), device, into_kernel, adopt)
+            self.ops.start(op, Resume(self._resume_ctx, s, op, options))
             self.capacity.claimed(s.id)
             await self.table.persist(s)
-            self.ops.start(op, resume.run())
             return s

@@ -17,7 +17,11 @@ written, and a resume restores it in place (``inplace.py``).
 from __future__ import annotations
 
 import asyncio
+import functools
+from typing import Any, cast
 
+from ...kernel.protocol import CAPTURE, CaptureArgs, Unverified
+from ...kernel.protocol import Progress as AgentProgress
 from ...store.format import new_checkpoint_id
 from ...store.schema import check_capture
 from ...units import count_text, size_text
@@ -26,70 +30,81 @@ from ..state.checkpoints import checkpoint_brief
 from ..state.clock import PhaseClock
 from ..state.errors import KernelDied, failure
 from ..state.event_types import EventType
-from ..state.model import Session, gpu_device_count
-from ..suspend.session import Suspension
+from ..state.model import Session, SessionState, gpu_device_count
+from ..suspend.session import NotSuspending, Suspension
 from .context import PauseContext, progress_into
-from .operations import Op
+from .operations import Op, Operation, Outcome
 
 
-class Pause:
-    def __init__(self, ctx: PauseContext, s: Session, op: Op, reason: str):
-        self.ctx, self.s, self.op, self.reason = ctx, s, op, reason
-        self.kernel_id = op.kernel_id
+async def _nothing() -> None:
+    """An outcome already told (a kept suspended kernel's state and message)."""
+
+
+class Pause(Operation):
+    kind = "pause"
+
+    def __init__(
+        self, ctx: PauseContext, s: Session, op: Op, kernel_id: str, reason: str, busy: bool
+    ):
+        """``kernel_id``: the session's running kernel, as admission found it (``op``'s)."""
+        super().__init__(s, op)
+        self.ctx, self.reason, self.busy = ctx, reason, busy
+        self.kernel_id = kernel_id
         self.cid: str | None = None  # the checkpoint being written (its GC intents)
         self.clock = PhaseClock()  # the events' phase timings (docs/metrics.md)
         self.gpu_released: float | None = None  # seconds from the request to the shutdown
-        self.unverified: dict | None = None  # saved but not test-restored (kernel/trial.py)
+        self.unverified: Unverified | None = None  # saved but not test-restored (kernel/trial.py)
         self.ambient_seconds: float | None = None  # what capturing the process state cost
-        self.suspension: Suspension | None = None  # under the suspend tier, a GPU session's
+        # the pause tier's part, called at its seams: a GPU session's Suspension under the
+        # suspend tier (server/suspend/session.py), else NotSuspending
+        self.tier: Suspension | NotSuspending = NotSuspending()
         self.kept: str | None = None  # kept suspended after the commit, until: why let go
         self.exit: str | None = None  # how the kernel stopped: "killed" | "graceful: <why>"
 
-    def begin(self, busy: bool) -> None:
-        """The session enters ``pausing`` (admission calls this under its lock, before the
-        operation runs, so a second request sees it at once); ``busy``: a cell is running,
-        which the pause waits for first."""
+    def admit(self) -> None:
+        """The session enters ``pausing``; a running cell (``busy``) is waited for first."""
         s = self.s
-        s.state, s.error = "pausing", None
+        s.state, s.error = SessionState.PAUSING, None
         s.message = (
             "Waiting for the running cell to finish before pausing"
-            if busy
+            if self.busy
             else "Writing checkpoint"
         )
         s.progress = {
-            "phase": "waiting" if busy else "capturing",
+            "phase": "waiting" if self.busy else "capturing",
             "done_bytes": 0,
             "total_bytes": None,
         }
 
-    async def run(self) -> None:
-        s = self.s
-        try:
-            manifest = await self._checkpoint()
-        except asyncio.CancelledError:
-            if await self._suspended():
-                return await self._unwritten(None)
-            await self._unguard()
-            return await self._cancelled()
-        except KernelDied as e:
-            await self._suspended()
-            await self._lost(e)
-            return
-        except Exception as e:
-            if await self._suspended():
-                return await self._unwritten(e)
-            await self._unguard()
-            return await self._refused(e)
-        finally:
-            s.progress = None
-            if self.cid and self.ctx.upkeep:  # written, or never will be
-                self.ctx.upkeep.drop_intents(self.cid)
-        suspended = await self._suspended()
+    async def work(self) -> Outcome:
+        """The checkpoint (up to the commit point), then the kernel stopped."""
+        manifest = await self._checkpoint()
+        suspended = await self.tier.settled()
         if suspended and await self._keep(manifest):
-            return
-        await self._stop(manifest, suspended)
+            return _nothing  # kept suspended: its state and message are the outcome
+        return await self._stop(manifest, suspended)
 
-    async def _stop(self, manifest, suspended: bool) -> None:
+    def after_work(self) -> None:
+        super().after_work()
+        if self.cid and self.ctx.upkeep:  # written, or never will be
+            self.ctx.upkeep.drop_intents(self.cid)
+
+    async def cancelled(self) -> None:
+        if await self.tier.unwritten(None, self._timings()):
+            return
+        await self.tier.unguard(self.ctx.bridge.run_agent, self.kernel_id)
+        await self._cancelled()
+
+    async def failed(self, e: Exception) -> None:
+        if isinstance(e, KernelDied):
+            await self.tier.settled()
+            return await self._lost(e)
+        if await self.tier.unwritten(e, self._timings()):
+            return
+        await self.tier.unguard(self.ctx.bridge.run_agent, self.kernel_id)
+        await self._refused(e)
+
+    async def _stop(self, manifest, suspended: bool) -> Outcome:
         """Stop the kernel once its checkpoint is safe; a suspended one is killed (its exit
         would run CUDA teardown, which blocks while it is suspended)."""
         try:
@@ -100,40 +115,31 @@ class Pause:
                 self.gpu_released = self.clock.since_start()
             await self.ctx.capacity.release(self.s.id)
         except (Exception, asyncio.CancelledError) as e:
-            await self._kernel_kept(manifest, e)
-            return
-        await self._paused(manifest)
+            return functools.partial(self._kernel_kept, manifest, e)
+        return functools.partial(self._paused, manifest)
 
     # -- the suspend tier (server/suspend/session.py) ------------------------------------------
-    async def _suspended(self) -> bool:
-        return bool(self.suspension and await self.suspension.settled())
-
-    async def _unguard(self) -> None:
-        if self.suspension is not None:  # it runs on: let its cells run again
-            await self.suspension.unguard(self.ctx.bridge.run_agent, self.kernel_id)
-
     async def _keep(self, manifest) -> bool:
         """``keep_suspended_seconds``: keep the suspended kernel for a resume in place."""
         ctx = self.ctx
-        if ctx.kept is None or ctx.keep_seconds <= 0:
+        if ctx.kept is None or ctx.keep_seconds <= 0 or not isinstance(self.tier, Suspension):
             return False
         let_go = lambda why: self._let_go(manifest, why)  # noqa: E731
-        await self.suspension.keep(ctx.kept, ctx.keep_seconds, checkpoint_brief(manifest), let_go)
+        await self.tier.keep(ctx.kept, ctx.keep_seconds, checkpoint_brief(manifest), let_go)
         return True
 
     async def _let_go(self, manifest, why: str) -> None:
         """A kept kernel's time is up (or the host needs its memory): stop it, paused."""
         s = self.s
-        if s.state != "suspended" or s.kernel_id != self.kernel_id:
+        if s.state != SessionState.SUSPENDED or s.kernel_id != self.kernel_id:
             return  # a resume took it meanwhile
-        s.state, s.message, self.kept = "pausing", f"Stopping the suspended kernel: {why}", why
-        await self._stop(manifest, True)
-
-    async def _unwritten(self, e: BaseException | None) -> None:
-        reason, text = failure(e) if e is not None else ("cancelled", "the pause was cancelled")
-        if reason == "internal":
-            self.ctx.log.error("jupyter_gpu_pause: pause of %s", self.s.path, exc_info=e)
-        await self.suspension.unwritten(reason, text, self._timings())
+        s.state, s.message, self.kept = (
+            SessionState.PAUSING,
+            f"Stopping the suspended kernel: {why}",
+            why,
+        )
+        outcome = await self._stop(manifest, True)
+        await outcome()
 
     async def _checkpoint(self):
         """Everything before the commit point; returns the verified manifest."""
@@ -147,32 +153,33 @@ class Pause:
         s.progress = {"phase": "capturing", "done_bytes": 0, "total_bytes": None}
         cid = self.cid = new_checkpoint_id()
         if ctx.suspender is not None and ctx.gpu_session(s):
-            self.suspension = Suspension(
+            self.tier = Suspension(
                 s, ctx.suspender, ctx.table, ctx.capacity.release, ctx.log, self.reason
             )
-        suspend = bool(self.suspension and self.suspension.ask(ctx.bridge.pid(self.kernel_id)))
+        suspend = self.tier.ask(ctx.bridge.pid(self.kernel_id))
         result = await ctx.bridge.run_agent(
             self.kernel_id,
-            "capture",
-            {
-                "store_url": settings.store_url,
-                "store_options": settings.store_options,
-                "store_timeout": settings.store_timeout,
-                "checkpoint_id": cid,
-                "capture": settings.capture,
-                "max_bytes": settings.max_checkpoint_bytes,
-                "verify": settings.verify,
-                "test_restore": settings.test_restore,
-                "ambient": settings.ambient,
-                "suspend": suspend,
-            },
+            CAPTURE,
+            CaptureArgs(
+                store_url=settings.store_url,
+                store_options=settings.store_options,
+                store_timeout=settings.store_timeout,
+                checkpoint_id=cid,
+                capture=settings.capture,
+                max_bytes=settings.max_checkpoint_bytes,
+                verify=settings.verify,
+                test_restore=settings.test_restore,
+                ambient=settings.ambient,
+                suspend=suspend,
+            ),
             # the agent's first "writing" progress ends the capture; its last, the writing
             self.clock.follow(
                 self._progress, "writing", "write", "verify" if settings.verify else None
             ),
         )
         self.clock.enter("commit")
-        check_capture(result)  # the kernel runs user code: nothing it says is signed unchecked
+        # the kernel runs user code: nothing it says is signed unchecked (its type is its claim)
+        check_capture(cast(dict[str, Any], result))
         self.unverified = unverified_of(result.get("unverified"))
         seconds = result.get("ambient_seconds")
         self.ambient_seconds = seconds if isinstance(seconds, int | float) else None
@@ -200,20 +207,26 @@ class Pause:
         self.gpu_released = self.clock.since_start()
         return self.gpu_released
 
-    def _progress(self, p: dict) -> None:
+    def _progress(self, p: AgentProgress) -> None:
         """The agent's progress into the session; the packages its capture found (sent once,
         as the writing begins) to the warm kernel pool, not to the session."""
         packages = p.get("packages")
         if packages and self.ctx.warm:
             self.ctx.warm.expect(self.s, packages)
-        if p["phase"] == "staged" and self.suspension is not None:
-            self.suspension.staged(p.get("host_bytes") or 0, self._released)
+        if p["phase"] == "staged":
+            self.tier.staged(p.get("host_bytes") or 0, self._released)
         progress_into(self.s)(p)
 
     # -- outcomes -------------------------------------------------------------------------------
     async def _paused(self, manifest) -> None:
         s = self.s
-        s.state, s.kernel_id, s.error, s.device, s.grant = "paused", None, None, None, None
+        s.state, s.kernel_id, s.error, s.device, s.grant = (
+            SessionState.PAUSED,
+            None,
+            None,
+            None,
+            None,
+        )
         s.suspended = None
         s.gpu_devices_paused = gpu_device_count(s.gpu)  # reclaimed from now on, per device
         s.checkpoint = checkpoint_brief(manifest)
@@ -247,7 +260,7 @@ class Pause:
             ambient_seconds=self.ambient_seconds,
             message=s.message,
             suspended=self.op.suspended,
-            not_suspended=self.suspension.why_not if self.suspension else None,
+            not_suspended=self.tier.why_not,
             kept=self.kept,
             exit=self.exit,
             **self._timings(manifest),
@@ -262,7 +275,7 @@ class Pause:
             await self.op.abandon(self.s)
             return
         s = self.s
-        s.state, s.message = "active", "Pause cancelled; the kernel was not touched"
+        s.state, s.message = SessionState.ACTIVE, "Pause cancelled; the kernel was not touched"
         await self.ctx.table.persist(s)
         await self.ctx.table.record_event(
             s,
@@ -282,7 +295,7 @@ class Pause:
             self.s,
             EventType.PAUSE_FAILED,
             self.reason,
-            state="active",
+            state=SessionState.ACTIVE,
             reason=reason,
             text=text,
             intact=True,

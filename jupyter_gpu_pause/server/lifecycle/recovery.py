@@ -27,7 +27,7 @@ import posixpath
 from ...store import IntegrityError, StoreError
 from ..state.checkpoints import checkpoint_brief
 from ..state.event_types import EventType
-from ..state.model import Session
+from ..state.model import Session, SessionState
 from .context import RecoveryContext
 
 
@@ -50,7 +50,7 @@ def session_from_manifest(manifest) -> Session:
         type=kernel.get("session_type") or "notebook",
         kernel_name=kernel.get("kernelspec") or "python3",
         cwd=posixpath.dirname(path),
-        state="paused",
+        state=SessionState.PAUSED,
         checkpoint=checkpoint_brief(manifest),
         message=(
             f"Found in the store: paused, checkpoint {manifest.id} (the server's records "
@@ -80,7 +80,7 @@ class Recovery:
                 if sid not in known and sid not in discarded:
                     await self._bring_back(sid)
             for s in list(ctx.table):
-                if s.state == "paused" and s.id not in ctx.ops:
+                if s.state == SessionState.PAUSED and s.id not in ctx.ops:
                     await self._check_paused(s)
         except StoreError as e:
             ctx.log.warning("jupyter_gpu_pause: could not read the store: %s", e)
@@ -120,7 +120,7 @@ class Recovery:
 
     async def _check_paused(self, s: Session) -> None:
         ids = await self.ctx.checkpoints.ids(s.id)
-        if s.state != "paused" or s.id in self.ctx.ops:
+        if s.state != SessionState.PAUSED or s.id in self.ctx.ops:
             return  # a resume began while the store was listed
         if not ids:
             await self._gone(s)
@@ -134,7 +134,7 @@ class Recovery:
             manifest = await ctx.checkpoints.verify(s.id, cid)
         except (IntegrityError, StoreError):
             return  # a resume falls back past it and says why
-        if s.state != "paused" or s.id in ctx.ops:
+        if s.state != SessionState.PAUSED or s.id in ctx.ops:
             return
         s.checkpoint = checkpoint_brief(manifest)
         s.message = f"Paused, checkpoint {manifest.id} (written by another server)"
@@ -142,7 +142,7 @@ class Recovery:
         await ctx.table.persist(s)
 
     async def _gone(self, s: Session) -> None:
-        cid = (s.checkpoint or {}).get("id")
+        cid = s.checkpoint["id"] if s.checkpoint else None
         s.checkpoint = None  # nothing to offer a Resume for
         await self.ctx.table.fail(
             s,

@@ -10,21 +10,24 @@ the resume is shut down again and the capacity grant released.
 from __future__ import annotations
 
 import asyncio
+import functools
 import posixpath
 from dataclasses import dataclass
+from datetime import datetime
 
+from ...kernel.protocol import RESTORE, Device, RestoreArgs
 from ...store import IntegrityError, StoreError
 from ...store.format import iso, utcnow
 from ...units import age_text, count_text
 from ..capacity import Grant
 from ..kernels.replies import check_restore_report
-from ..state.checkpoints import checkpoint_brief, gpu_bytes, gpu_bytes_per_device
+from ..state.checkpoints import Prefetch, checkpoint_brief, gpu_bytes, gpu_bytes_per_device
 from ..state.clock import PhaseClock
 from ..state.errors import AgentFailed, GpuPauseError, failure
 from ..state.event_types import EventType
-from ..state.model import Session
+from ..state.model import Session, SessionState
 from .context import ResumeContext, progress_into
-from .operations import Op
+from .operations import Op, Operation, Outcome
 from .rebuild import auto_runs
 
 NONE_VALID = "no checkpoint of this session passed verification"
@@ -60,9 +63,12 @@ def older_text(x: dict) -> str:
     return f"{x['name']} from checkpoint {x['checkpoint_id']}, {age_text(age)} older"
 
 
-class Resume:
+class Resume(Operation):
+    kind = "resume"
+
     def __init__(self, ctx: ResumeContext, s: Session, op: Op, options: ResumeOptions):
-        self.ctx, self.s, self.op, self.options = ctx, s, op, options
+        super().__init__(s, op)
+        self.ctx, self.options = ctx, options
         self.ids = list(options.checkpoint_ids)
         self.refused: list[dict] = []
         self.started: str | None = None  # a kernel this resume started (shut down on failure)
@@ -71,37 +77,38 @@ class Resume:
         self.waited = 0.0  # seconds spent in line
         self.place: float | None = None  # the place held in line, kept if it goes back once
         self.requeued = False
-        self.granted_at = None  # when the line granted a GPU (benchmarks: release → next start)
+        # when the line granted a GPU (benchmarks: release → next start)
+        self.granted_at: datetime | None = None
         self.clock = PhaseClock()  # the events' phase timings (docs/metrics.md)
-        self.prefetch = None  # the page-cache warming of the chosen checkpoint's blobs
+        self.prefetch: Prefetch | None = None  # page-cache warming of the chosen checkpoint's blobs
         self.warm = False  # restoring into a warm kernel, which takes on the session's env
-        op.control = self
 
-    def begin(self) -> None:
-        """The session enters ``restoring``, "Resume asked" (admission calls this under its
-        lock): ``waiting`` is shown only once the capacity provider said there is no room."""
+    def admit(self) -> None:
+        """The session enters ``restoring``, "Resume asked": ``waiting`` is shown only once
+        the capacity provider said there is no room."""
         s = self.s
-        s.state, s.error, s.message = "restoring", None, "Resume asked"
+        s.state, s.error, s.message = SessionState.RESTORING, None, "Resume asked"
         s.progress = {"phase": "asked", "done_bytes": 0, "total_bytes": None}
 
-    async def run(self) -> None:
-        try:
-            manifest, kid, report, grant = await self._restore()
-        except asyncio.CancelledError:
-            await self._undo()
-            await self._cancelled()
-            return
-        except Exception as e:
-            await self._undo()
-            await self._failed(e)
-            return
-        finally:
-            self.s.progress, self.s.queue_position, self.s.waiting = None, None, None
-            if self.prefetch:
-                self.prefetch.stop()
-            if self.ctx.warm:  # the session is no longer paused, or is again: look at the pool
-                self.ctx.warm.nudge()
-        await self._resumed(manifest, kid, report, grant)
+    async def work(self) -> Outcome:
+        manifest, kid, report, grant = await self._restore()
+        return functools.partial(self._resumed, manifest, kid, report, grant)
+
+    def after_work(self) -> None:
+        super().after_work()
+        self.s.queue_position, self.s.waiting = None, None
+        if self.prefetch:
+            self.prefetch.stop()
+        if self.ctx.warm:  # the session is no longer paused, or is again: look at the pool
+            self.ctx.warm.nudge()
+
+    async def cancelled(self) -> None:
+        await self._undo()
+        await self._cancelled()
+
+    async def failed(self, e: Exception) -> None:
+        await self._undo()
+        await self._failed(e)
 
     async def _restore(self):
         s, ctx, into = self.s, self.ctx, self.options.into_kernel
@@ -113,7 +120,7 @@ class Resume:
             self.clock.enter("capacity")
             adopt = self.options.adopt
             grant = Grant(device="none") if into and not adopt else await self._capacity(manifest)
-            s.state, s.queue_position, s.waiting = "restoring", None, None
+            s.state, s.queue_position, s.waiting = SessionState.RESTORING, None, None
             s.device = None if grant.device == "none" else grant.device
             s.grant = None
             if grant.device == "gpu":
@@ -130,9 +137,9 @@ class Resume:
                         kid = into
                     else:
                         # a warm kernel (spares.py) has started and imported already
-                        kid = await ctx.warm.take(s.kernel_name) if ctx.warm else None
-                        self.warm = kid is not None
-                        kid = self.started = kid or await ctx.bridge.start(
+                        warm = await ctx.warm.take(s.kernel_name) if ctx.warm else None
+                        self.warm = warm is not None
+                        kid = self.started = warm or await ctx.bridge.start(
                             s.kernel_name, s.cwd, s.path, s.name, grant.env
                         )
                     self.op.kernel_id = kid
@@ -153,35 +160,34 @@ class Resume:
     async def _restore_into(self, kid: str, manifest, grant: Grant):
         """Restore into ``kid``, falling back to older checkpoints that verify."""
         ctx = self.ctx
-        device = "any" if grant.any else {"gpu": "gpu", "cpu": "cpu"}.get(grant.device, "any")
-        become = {}
-        if self.warm or self.options.adopt:  # what bridge.start would have given a new kernel
-            s = self.s
-            become = {
-                "environ": ctx.bridge.session_environ(s.path, s.name, grant.env),
-                "cwd": ctx.bridge.os_folder(s.cwd),
-            }
+        device: Device = "gpu" if grant.device == "gpu" else "cpu"
+        if grant.any or grant.device not in ("gpu", "cpu"):
+            device = "any"
         while True:
             self.clock.enter("verify")
             fallbacks = await self._fallbacks()
             self.clock.enter("start")  # until the new kernel answers (on_sent)
+            args = RestoreArgs(
+                manifest=manifest.doc,
+                store_url=ctx.settings.store_url,
+                store_options=ctx.settings.store_options,
+                store_timeout=ctx.settings.store_timeout,
+                device=device,
+                fallbacks=fallbacks,
+                only_if_unused=self.options.adopt,
+                rebuild=ctx.settings.rebuild,
+                ambient=ctx.settings.ambient,
+                no_rerun_ids=await ctx.bridge.no_rerun_cells(self.s.path),
+            )
+            if self.warm or self.options.adopt:  # what bridge.start would give a new kernel
+                s = self.s
+                args["environ"] = ctx.bridge.session_environ(s.path, s.name, grant.env)
+                args["cwd"] = ctx.bridge.os_folder(s.cwd)
             try:
                 report = await ctx.bridge.run_agent(
                     kid,
-                    "restore",
-                    {
-                        "manifest": manifest.doc,
-                        "store_url": ctx.settings.store_url,
-                        "store_options": ctx.settings.store_options,
-                        "store_timeout": ctx.settings.store_timeout,
-                        "device": device,
-                        "fallbacks": fallbacks,
-                        "only_if_unused": self.options.adopt,
-                        "rebuild": ctx.settings.rebuild,
-                        "ambient": ctx.settings.ambient,
-                        "no_rerun_ids": await ctx.bridge.no_rerun_cells(self.s.path),
-                        **become,
-                    },
+                    RESTORE,
+                    args,
                     # the agent reads every blob first: its last "reading" progress ends that
                     self.clock.follow(progress_into(self.s), "reading", "read", "unpickle"),
                     on_sent=lambda: self.clock.enter("read"),
@@ -250,7 +256,7 @@ class Resume:
 
         async def on_wait(turn) -> None:
             if s.waiting is None:  # the first "not yet": waiting from now on
-                s.state, s.progress = "waiting", None
+                s.state, s.progress = SessionState.WAITING, None
                 s.waiting = {
                     "since": iso(self.asked),
                     "reason": reason or "queue",
@@ -310,9 +316,10 @@ class Resume:
             return grant
         if cpu in done:
             return Grant.cpu()
+        # neither done: the wait timed out, so ``resume_timeout`` is set (not 0)
         raise GpuPauseError(
-            f"no GPU became free within {_duration(timeout)}; your checkpoint is intact — "
-            "Resume to try again",
+            f"no GPU became free within {_duration(ctx.resume_timeout)}; your checkpoint is "
+            "intact — Resume to try again",
             "capacity-timeout",
         )
 
@@ -323,7 +330,7 @@ class Resume:
         await self._undo()
         self.started = None
         s = self.s
-        s.state, s.device, s.grant, s.progress = "waiting", None, None, None
+        s.state, s.device, s.grant, s.progress = SessionState.WAITING, None, None, None
         s.message = (
             "The GPU ran out of memory while restoring (another process took it); "
             "back in line to try once more"
@@ -374,7 +381,7 @@ class Resume:
         placed = set(report.get("devices", {}).values())
         if grant.any and placed == {"cpu"}:  # "any" with no GPU visible after all
             s.device, s.grant = "cpu", None
-        s.state, s.kernel_id, s.error = "active", kid, None
+        s.state, s.kernel_id, s.error = SessionState.ACTIVE, kid, None
         s.checkpoint = checkpoint_brief(manifest)
         s.restore = {**report, "refused": self.refused}
         failed, restored = report["failed"], count_text(len(report["restored"]), "object")
@@ -420,7 +427,7 @@ class Resume:
 
     async def _cancelled(self) -> None:
         s = self.s
-        s.state, s.message, s.device, s.grant = "paused", "Resume cancelled", None, None
+        s.state, s.message, s.device, s.grant = SessionState.PAUSED, "Resume cancelled", None, None
         await self.ctx.table.persist(s)
         await self.ctx.table.record_event(
             s,

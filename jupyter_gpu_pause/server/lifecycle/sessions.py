@@ -19,10 +19,11 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from ...kernel.protocol import TRACK, NoArgs
 from ..kernels.bridge import KernelBridge
 from ..state.errors import NotFound, session_error
 from ..state.event_types import EventType
-from ..state.model import RUNNING, Session
+from ..state.model import RUNNING, Session, SessionState
 from ..state.records import Records, new_event
 from .operations import Operations
 
@@ -42,8 +43,8 @@ def temporary_path(path: str) -> bool:
 def resumable(s: Session) -> bool:
     """A session whose notebook comes back by a resume: paused, failed with a checkpoint, or
     with its resume under way."""
-    return s.state in ("paused", "waiting", "restoring") or (
-        s.state == "failed" and s.checkpoint is not None
+    return s.state in (SessionState.PAUSED, SessionState.WAITING, SessionState.RESTORING) or (
+        s.state == SessionState.FAILED and s.checkpoint is not None
     )
 
 
@@ -80,6 +81,7 @@ def last_operation(event: dict, s: Session) -> bool:
 class SessionTable:
     def __init__(
         self,
+        *,
         bridge: KernelBridge,
         records: Records,
         ops: Operations,
@@ -113,10 +115,14 @@ class SessionTable:
         """Read the records; a resume a stopped server left waiting or restoring is paused."""
         for s in await self.records.load_sessions():
             self.sessions[s.id] = s
-            if s.state in ("waiting", "restoring"):
-                s.state, s.message = "paused", "Resume was interrupted by a server restart"
+            if s.state in (SessionState.WAITING, SessionState.RESTORING):
+                s.state, s.message = (
+                    SessionState.PAUSED,
+                    "Resume was interrupted by a server restart",
+                )
                 await self.records.save(s)
-            if s.state == "suspended":  # its kernel ended with the server that suspended it
+            # a suspended kernel ended with the server that suspended it
+            if s.state == SessionState.SUSPENDED:
                 await self.suspended_gone(s, "the server stopped")
         await self.refresh()
 
@@ -160,25 +166,31 @@ class SessionTable:
             self.sessions[s.id] = s
             by_kernel[kid] = s  # (a kernel in two Jupyter sessions: Lab's renaming) one row
             await self.records.save(s)
-            self._start_cell_log(s)
+            self._start_cell_log(s, kid)
         self.waiting_kernels = waiting
-        for kid in waiting:  # its first cell makes it a session: watch it from now on
-            self.kernel_use.watch(kid)
+        if self.kernel_use is not None:  # (no waiting kernels without it)
+            for kid in waiting:  # its first cell makes it a session: watch it from now on
+                self.kernel_use.watch(kid)
         for s in list(self.sessions.values()):
             if (
-                s.state in RUNNING + ("pausing",)
+                s.state in RUNNING + (SessionState.PAUSING,)
                 and s.id not in self.ops
                 and not self.bridge.is_running(s.kernel_id)
             ):
                 await self.kernel_gone(s)
             elif (
-                s.state == "suspended"
+                s.state == SessionState.SUSPENDED
                 and s.id not in self.ops
-                and self.bridge.pid(s.kernel_id) not in (s.suspended or {}).get("pids", [])
+                and not self._still_suspended(s)
             ):
                 await self.suspended_gone(s, "the suspended kernel ended")
 
-    def _start_cell_log(self, s: Session) -> None:
+    def _still_suspended(self, s: Session) -> bool:
+        """The session's kernel runs in the process that was suspended."""
+        pid = self.bridge.pid(s.kernel_id) if s.kernel_id else None
+        return pid is not None and pid in (s.suspended or {}).get("pids", [])
+
+    def _start_cell_log(self, s: Session, kernel_id: str) -> None:
         """Have a new kernel record its cells from now on (``kernel/cells.py``): a resume can
         then rebuild what its checkpoint could not hold, knowing each cell's run time. Cells
         run before this are still recorded, without their run time. A kernel busy with a cell
@@ -186,16 +198,16 @@ class SessionTable:
         first request, a check or a pause, starts the log then)."""
         if self.bridge.language(s.kernel_name) != "python":
             return
-        if self.bridge.execution_state(s.kernel_id) == "busy":
+        if self.bridge.execution_state(kernel_id) == "busy":
             return
 
         async def ask(kernel_id: str) -> None:
             try:
-                await self.bridge.run_agent(kernel_id, "track", {})
+                await self.bridge.run_agent(kernel_id, TRACK, NoArgs())
             except Exception as e:  # gone already, another environment: its first pause says
                 self.log.debug("jupyter_gpu_pause: no cell log in kernel %s: %r", kernel_id, e)
 
-        self._cell_logs.add(task := asyncio.ensure_future(ask(s.kernel_id)))
+        self._cell_logs.add(task := asyncio.ensure_future(ask(kernel_id)))
         task.add_done_callback(self._cell_logs.discard)
 
     def _waits(self, kid: str, paths: list[str], comeback: set[str]) -> bool:
@@ -219,7 +231,11 @@ class SessionTable:
                 await self.records.delete(s.id)
                 self.on_change()
             return
-        s.state, s.kernel_id, s.gpu_devices_paused = "paused", None, 0  # no pause reclaimed it
+        s.state, s.kernel_id, s.gpu_devices_paused = (
+            SessionState.PAUSED,
+            None,
+            0,
+        )  # no pause reclaimed it
         s.device = s.grant = None
         s.message = (
             f"The kernel ended outside jupyter_gpu_pause; checkpoint {s.checkpoint['id']} "
@@ -233,7 +249,8 @@ class SessionTable:
         written = (s.suspended or {}).get("checkpoint") == "written"
         s.kernel_id, s.suspended, s.device, s.grant = None, None, None, None
         if written:
-            s.state = "paused"
+            assert s.checkpoint is not None  # a suspension's checkpoint is written with it
+            s.state = SessionState.PAUSED
             s.message = f"Paused — {why}; checkpoint {s.checkpoint['id']} holds its state"
             await self.persist(s)
             return
@@ -269,7 +286,7 @@ class SessionTable:
         reason: str,
         text: str,
         intact: bool,
-        state: str | None = "failed",
+        state: SessionState | None = SessionState.FAILED,
         message: str | None = None,
         error: dict | None = None,
         **detail,
@@ -282,6 +299,7 @@ class SessionTable:
         if state is not None:
             s.state = state
         s.progress = s.queue_position = None
+        # ``session_error`` builds exactly this record (it is typed a plain dict)
         s.error = session_error(text, reason, intact, **(error or {}))
         s.message = message or text
         await self.persist(s)

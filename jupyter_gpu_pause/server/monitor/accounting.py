@@ -10,12 +10,13 @@ writes them all. Hour rows let a report start at any hour ("24h") and still draw
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import date, datetime, timedelta, timezone
 
 from ...store.format import iso, parse_iso, utcnow
 from ...units import duration_seconds
 from ..state.errors import BadRequest
+from ..state.model import Session
 
 DEFAULT_WINDOW = timedelta(days=30)
 MAX_DAYS = 90  # longest per-day series a report carries (the latest days of its window)
@@ -117,7 +118,9 @@ class Ledger:
             raise
         # (cancelled while waiting: the write is queued on the records thread and still runs)
 
-    async def report(self, since: str | None, sessions: dict, now: datetime | None = None):
+    async def report(
+        self, since: str | None, sessions: Mapping[str, Session], now: datetime | None = None
+    ):
         """GPU-hours from ``since`` (floored to the hour) until now: total, per session, per day.
 
         The day series runs over every UTC day of the window (zeros where nothing was counted,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import datetime
+from typing import Protocol
 
 from jupyter_client.session import Session as ZmqSession
 from traitlets import TraitError
@@ -20,6 +21,12 @@ from traitlets import TraitError
 from ...store.format import utcnow
 
 USER_MESSAGES = ("execute_request", "comm_msg")
+
+
+class Watch(Protocol):
+    """One kernel's IOPub subscription: a ZMQ stream, or what ``subscribe`` returned."""
+
+    def close(self) -> None: ...
 
 
 class ActivityTracker:
@@ -35,7 +42,7 @@ class ActivityTracker:
         self.last: dict[str, datetime] = {}
         self.busy: dict[str, bool] = {}
         self.ran: set[str] = set()  # kernels that ran a person's code while watched
-        self._streams: dict[str, object] = {}
+        self._streams: dict[str, Watch] = {}
 
     def sync(self, kernel_ids: set[str]) -> None:
         for kid in set(self._streams) - kernel_ids:

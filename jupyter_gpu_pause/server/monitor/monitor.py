@@ -16,21 +16,26 @@ import asyncio
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from ...kernel.protocol import CHECK, CaptureMode, CheckArgs
 from ...store.format import iso, utcnow
 from ..capacity.probes import GpuProbe, process_tree
 from ..kernels.replies import check_report
-from ..lifecycle.lifecycle import Lifecycle
 from ..state.errors import BadRequest, GpuPauseError, WrongState
 from ..state.event_types import EventType
-from ..state.model import RUNNING, gpu_device_count
+from ..state.model import RUNNING, Session, SessionState, gpu_device_count
 from .accounting import Ledger
 from .activity import ActivityTracker
+from .governed import Governed
 from .policy import Policy, first_match
 
 DRY_RUN_TIMEOUT = 30.0
 MAX_BACKOFF = 3600.0  # longest wait between two attempts of a failing auto-pause
 ACCOUNTING_SAVE = 60.0  # seconds between two saves of a session's GPU-seconds
-RECLAIMING = ("paused", "waiting", "suspended")  # states whose GPUs a pause gave back
+RECLAIMING = (
+    SessionState.PAUSED,
+    SessionState.WAITING,
+    SessionState.SUSPENDED,
+)  # states whose GPUs a pause gave back
 KERNEL_ACTIONS = "https://events.jupyter.org/jupyter_server/kernel_actions/v1"
 
 
@@ -57,13 +62,13 @@ class Monitor:
     def __init__(
         self,
         *,
-        lifecycle: Lifecycle,
+        lifecycle: Governed,
         tracker: ActivityTracker,
         policies: list[Policy],
         probe: GpuProbe,
         poll_interval: float,
         gpu_hold_alarm_hours: float,
-        capture: str,
+        capture: CaptureMode,
         user: str,
         log,
         event_logger=None,
@@ -123,9 +128,9 @@ class Monitor:
             self.event_logger.remove_listener(
                 schema_id=KERNEL_ACTIONS, listener=self._kernel_action
             )
-        tasks = [self._task, *self._outcomes]
-        tasks += [t for w in self.watches.values() for t in (w.warning, w.budget_warning)]
-        tasks = [t for t in tasks if t is not None]
+        maybe = [self._task, *self._outcomes]
+        maybe += [t for w in self.watches.values() for t in (w.warning, w.budget_warning)]
+        tasks = [t for t in maybe if t is not None]
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -222,8 +227,8 @@ class Monitor:
         # Track every live kernel, pausing ones included: dropping one mid-pause would forget
         # its idle clock and restart it from the pause attempt; and a paused notebook's new
         # kernel, which its first cell makes a session, also while a resume is taking it.
-        kernels = [s.kernel_id for s in self.lc.table.sessions.values()]
-        kernels += [*self.lc.table.waiting_kernels, *self.lc.ops.kernel_ids()]
+        kernels = [s.kernel_id for s in self.lc.table.sessions.values() if s.kernel_id]
+        kernels += [*self.lc.table.waiting_kernels, *self.lc.kernels_in_flight()]
         self.tracker.sync({k for k in kernels if self.bridge.is_running(k)})
         for sid in set(self.watches) - {s.id for s in self.lc.table.sessions.values()}:
             gone = self.watches.pop(sid)
@@ -232,11 +237,15 @@ class Monitor:
                     task.cancel()
         usage = {}
         if self.probe.available:
-            roots = {s.id: p for s in running if (p := self.bridge.pid(s.kernel_id)) is not None}
+            roots = {
+                s.id: p
+                for s in running
+                if s.kernel_id and (p := self.bridge.pid(s.kernel_id)) is not None
+            }
             loop = asyncio.get_running_loop()
             usage = await loop.run_in_executor(None, self._sample, roots)
         for s in running:  # kernels NVML cannot see here (a gateway's): their agent's report
-            if s.id not in usage and (report := self.bridge.gpu_usage(s.kernel_id)):
+            if s.id not in usage and s.kernel_id and (report := self.bridge.gpu_usage(s.kernel_id)):
                 usage[s.id] = report
         self.budget = await self._look_at_budget()
         for s in running:
@@ -250,7 +259,7 @@ class Monitor:
         for s in [s for s in self.lc.table.sessions.values() if s.id not in evaluated]:
             await self._account_stopped(s, self.watches.setdefault(s.id, Watch()), now)
         await self.ledger.flush()  # one transaction per tick
-        self.lc.capacity.changed()  # GPU memory measured anew: the node's usage follows
+        self.lc.capacity_changed()  # GPU memory measured anew: the node's usage follows
         self.passes += 1
         self.last_pass = now
 
@@ -265,7 +274,9 @@ class Monitor:
         s.gpu = usage.to_json() if usage else None
         policy = first_match(self.policies, s.kernel_name, uses_gpu, self.user)
         s.policy = policy.name if policy and policy.action != "none" else None
-        s.idle_after = min(60.0, policy.idle_timeout - policy.warn_before) if s.policy else None
+        s.idle_after = (
+            min(60.0, policy.idle_timeout - policy.warn_before) if policy and s.policy else None
+        )
         gpu_busy = bool(usage and policy and usage.utilization >= policy.gpu_idle_below)
         if busy or gpu_busy:
             self.tracker.touch(s.kernel_id, now)
@@ -274,7 +285,7 @@ class Monitor:
         await self._account(s, w, busy or gpu_busy, now)
         if await self._over_budget(s, w, busy, now):
             return
-        if s.policy is None or s.id in self.lc.busy_sessions():
+        if policy is None or s.policy is None or s.id in self.lc.busy_sessions():
             s.pause_at = None
             return
         if not policy.count_connected and self.bridge.connections(s.kernel_id) > 0:
@@ -380,6 +391,8 @@ class Monitor:
         policy's does (its own task: a kernel slow to answer holds up no one else). A kernel
         running a cell would answer the dry run only once the cell ends: the warning says so
         instead of waiting."""
+        skipped: list | None
+        unknown: str | None
         if busy:
             skipped, unknown = None, "a cell is running"
         else:
@@ -446,18 +459,19 @@ class Monitor:
             report = await asyncio.wait_for(
                 self.bridge.run_agent(
                     s.kernel_id,
-                    "check",
-                    {
-                        "capture": self.capture,
-                        "test_restore": self.lc.settings.test_restore,
-                        "ambient": self.lc.settings.ambient,
-                    },
+                    CHECK,
+                    CheckArgs(
+                        capture=self.capture,
+                        test_restore=self.lc.settings.test_restore,
+                        ambient=self.lc.settings.ambient,
+                    ),
                 ),
                 DRY_RUN_TIMEOUT,
             )
             checked = check_report(report)
-            loose = (checked["ambient"] or {}).get("not_carried", [])
-            return checked["skipped"] + loose, None
+            ambient = checked["ambient"]
+            loose = ambient["not_carried"] if ambient else []
+            return [*checked["skipped"], *loose], None
         except asyncio.TimeoutError:
             return None, f"the kernel did not answer within {DRY_RUN_TIMEOUT:g} s"
         except GpuPauseError as e:
@@ -515,7 +529,7 @@ class Monitor:
 
     async def _account_stopped(self, s, w: Watch, now: datetime) -> None:
         """A session without a running kernel: paused ones reclaim the GPUs they held."""
-        if s.state != "pausing":  # a kernel that comes back starts a fresh clock
+        if s.state != SessionState.PAUSING:  # a kernel that comes back starts a fresh clock
             w.last_tick = None
         if s.state not in RECLAIMING or not s.gpu_devices_paused:
             w.paused_tick = None
@@ -525,7 +539,7 @@ class Monitor:
             self.ledger.add(s, start, now, reclaimed=s.gpu_devices_paused)
         await self._save_now_and_then(s, w, now)
 
-    async def _save_now_and_then(self, s, w: Watch, now: datetime) -> None:
+    async def _save_now_and_then(self, s: Session, w: Watch, now: datetime) -> None:
         """The session's GPU-seconds outlive a server restart, within a minute."""
         if w.last_saved is not None and (now - w.last_saved).total_seconds() < ACCOUNTING_SAVE:
             return
@@ -533,7 +547,7 @@ class Monitor:
         if (
             self.lc.table.sessions.get(s.id) is s
         ):  # never bring back the record of a deleted session
-            await self.lc.records.save(s)
+            await self.lc.table.persist(s)
 
     async def report(self, since: str | None) -> dict:
         """GPU-hours since ``since`` (ISO 8601 or a duration such as 7d): total, sessions, days."""

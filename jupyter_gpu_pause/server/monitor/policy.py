@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import fnmatch
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..config.checks import twice
 
 ACTIONS = ("pause", "cull", "warn", "none")
-MATCH_KEYS = {"kernel_name": str, "uses_gpu": bool, "user": str}
-KEYS = {
+MATCH_KEYS: dict[str, type] = {"kernel_name": str, "uses_gpu": bool, "user": str}
+KEYS: dict[str, type | tuple[type, ...]] = {
     "name": str,
     "match": dict,
     "idle_timeout": (int, float),
@@ -100,12 +101,11 @@ def parse_policy(raw, index: int) -> Policy:
             raise PolicyError(
                 f"{label}: match '{key}' must be {MATCH_KEYS[key].__name__}, not {value!r}"
             )
-    policy = Policy(
-        **{
-            k: (float(v) if isinstance(v, int) and k in KEYS and KEYS[k] == (int, float) else v)
-            for k, v in raw.items()
-        }
-    )
+    fields: dict[str, Any] = {  # checked above, key by key
+        k: (float(v) if isinstance(v, int) and k in KEYS and KEYS[k] == (int, float) else v)
+        for k, v in raw.items()
+    }
+    policy = Policy(**fields)
     if policy.warn_before > policy.idle_timeout:
         raise PolicyError(
             f"{label}: 'warn_before' ({policy.warn_before:g} s) is longer than 'idle_timeout' "

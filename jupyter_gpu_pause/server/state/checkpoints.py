@@ -20,6 +20,7 @@ from ...store import IntegrityError, Signer, Store, StoreError
 from ...store.format import Manifest, build_manifest, parse_manifest
 from ...store.keyfile import create_secret, load_secret
 from .errors import KeyMissing
+from .model import CheckpointBrief
 
 # A prefetch reads for as long as its blobs take (GiBs from a cold disk: many seconds): they get
 # threads of their own, so twenty resumes at once never fill the default executor, where the
@@ -61,8 +62,9 @@ class Checkpoints:
 
     async def require_key(self) -> None:
         """Raise KeyMissing (503) unless manifests can be signed and verified."""
-        if await self.prepare_key():
-            raise KeyMissing(self.key_problem)
+        problem = await self.prepare_key()
+        if problem:
+            raise KeyMissing(problem)
 
     async def _io(self, fn, *args, **kwargs):
         return await asyncio.get_running_loop().run_in_executor(None, partial(fn, *args, **kwargs))
@@ -116,6 +118,7 @@ class Checkpoints:
     # -- reading ---------------------------------------------------------------------------
     def _verify(self, session_id: str, checkpoint_id: str, deep: bool) -> Manifest:
         doc = self.store.read_manifest(session_id, checkpoint_id)
+        assert self.signer is not None  # prepare_key() ran in verify
         self.signer.verify(doc)
         try:
             m = parse_manifest(doc)
@@ -144,8 +147,9 @@ class Checkpoints:
 
     async def verify(self, session_id: str, checkpoint_id: str, deep: bool = False) -> Manifest:
         """Signature, format and blob presence (``deep`` also re-hashes every blob)."""
-        if await self.prepare_key():
-            raise IntegrityError(self.key_problem, "key-missing")
+        problem = await self.prepare_key()
+        if problem:
+            raise IntegrityError(problem, "key-missing")
         return await self._io(self._verify, session_id, checkpoint_id, deep)
 
     async def ids(self, session_id: str) -> list[str]:
@@ -222,7 +226,7 @@ class Prefetch:
 
 
 # -- what the server reads of a manifest --------------------------------------------------
-def checkpoint_brief(m) -> dict:
+def checkpoint_brief(m: Manifest) -> CheckpointBrief:
     """The ``checkpoint`` field of a Session, from a verified manifest."""
     return {
         "id": m.id,

@@ -7,8 +7,11 @@ An operation that fails tells it on the session: ``failure`` turns any exception
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 from ...store import IntegrityError, StoreError
 from ...store.schema import ManifestError
+from .model import SessionError
 
 
 class GpuPauseError(Exception):
@@ -111,7 +114,9 @@ def failure(e: BaseException) -> tuple[str, str]:
     return "internal", f"an unexpected error in jupyter_gpu_pause ({type(e).__name__}: {e})"
 
 
-def session_error(message: str, reason: str, state_intact: bool, **more) -> dict:
+def session_error(message: str, reason: str, state_intact: bool, **more: Any) -> SessionError:
     """A session's ``error`` (the REST contract): what failed, its reason code, and whether the
-    user's variables are still somewhere (the running kernel, or a checkpoint)."""
-    return {"message": message, "reason": reason, "state_intact": state_intact, **more}
+    user's variables are still somewhere (the running kernel, or a checkpoint); ``more``: the
+    fields a failure adds (``SessionError`` lists them)."""
+    error = {"message": message, "reason": reason, "state_intact": state_intact, **more}
+    return cast(SessionError, error)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 from ...store.format import iso, utcnow
-from .model import RUNNING, Session
+from .model import RUNNING, Session, SessionState, Suspension
 
 ACTIVE_WINDOW = 60.0  # seconds of recent kernel activity that count as "active"
 
@@ -19,7 +19,7 @@ def _as_utc(dt) -> datetime | None:
 def _message(s: Session, state: str, idle: float | None) -> str | None:
     if state not in RUNNING or idle is None:
         return s.message
-    text = f"Idle {_duration(idle)}" if state == "idle" else "Active"
+    text = f"Idle {_duration(idle)}" if state == SessionState.IDLE else "Active"
     if s.pause_at is not None:
         text += f" — pauses at {s.pause_at.strftime('%H:%M:%S')} UTC (policy {s.policy})"
     return f"{text}. {s.message}" if s.message else text
@@ -33,7 +33,7 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def _suspended(d: dict | None) -> dict | None:
+def _suspended(d: Suspension | None) -> dict[str, object] | None:
     """What the API shows of a suspension (its process ids stay on the server)."""
     if not d:
         return None
@@ -59,7 +59,7 @@ def session_json(
     """
     if elsewhere and not notice:
         notice = f"Running on {elsewhere}: resumed there. Open it there, or pause it there first"
-    if open_kernel and not notice and s.state == "paused":
+    if open_kernel and not notice and s.state == SessionState.PAUSED:
         before = f"{s.message.rstrip('. ')}. " if s.message else ""
         notice = (
             f"{before}The notebook is open with a new kernel that has run nothing yet: "
@@ -75,7 +75,7 @@ def session_json(
             busy = getattr(kernel, "execution_state", None) == "busy"
         window = ACTIVE_WINDOW if s.idle_after is None else s.idle_after
         quiet = s.pause_at is not None or (idle is not None and idle >= window)
-        state = "idle" if quiet and not busy else "active"
+        state = SessionState.IDLE if quiet and not busy else SessionState.ACTIVE
     running = state in RUNNING
     return {
         "id": s.id,
@@ -92,8 +92,8 @@ def session_json(
         "checkpoint": s.checkpoint,
         "progress": s.progress,
         "queue_position": s.queue_position,
-        "waiting": s.waiting if s.state == "waiting" else None,
-        "suspended": _suspended(s.suspended) if s.state == "suspended" else None,
+        "waiting": s.waiting if s.state == SessionState.WAITING else None,
+        "suspended": _suspended(s.suspended) if s.state == SessionState.SUSPENDED else None,
         "device": s.device,
         "gpu_session": gpu_session,
         "running_elsewhere": elsewhere,

@@ -12,8 +12,10 @@ from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
 from ...store.format import iso, utcnow
+from ..state.errors import failure
 from ..state.event_types import EventType
-from ..state.model import Session, gpu_device_count
+from ..state.model import CheckpointBrief, Session, SessionState, gpu_device_count
+from ..state.model import Suspension as SuspensionRecord
 from .kept import KeptKernels
 from .suspender import Suspender, SuspendError
 
@@ -65,22 +67,22 @@ class Suspension:
     def staged(self, host_bytes: int, released: Callable[[], float]) -> None:
         """The agent has its host copies (progress ``staged``): suspend while it writes."""
         if self.pid is not None and self.task is None and self.why_not is None:
-            self.task = asyncio.ensure_future(self._suspend(host_bytes, released))
+            self.task = asyncio.ensure_future(self._suspend(self.pid, host_bytes, released))
 
-    async def _suspend(self, host_bytes: int, released: Callable[[], float]) -> None:
+    async def _suspend(self, pid: int, host_bytes: int, released: Callable[[], float]) -> None:
         s, held = self.s, gpu_bytes(self.s)
         self.why_not = self.suspender.room(held)
         if self.why_not is not None:
             return
         try:
-            pids, _ = await self.suspender.suspend(self.pid)
+            pids, _ = await self.suspender.suspend(pid)
         except SuspendError as e:
             self.why_not = str(e)
             self.log.warning("jupyter_gpu_pause: %s: not suspended: %s", s.path, e)
             return
         self.done = True
         seconds = round(released(), 3)
-        s.state = "suspended"
+        s.state = SessionState.SUSPENDED
         s.gpu_devices_paused = gpu_device_count(s.gpu)  # reclaimed from now on, per device
         s.suspended = {
             "since": iso(utcnow()),
@@ -123,28 +125,42 @@ class Suspension:
         return self.done
 
     async def keep(
-        self, kept: KeptKernels, seconds: float, brief: dict, let_go: Callable[[str], Awaitable]
+        self,
+        kept: KeptKernels,
+        seconds: float,
+        brief: CheckpointBrief,
+        let_go: Callable[[str], Awaitable],
     ) -> None:
         """The checkpoint is written: keep the kernel ``seconds`` for a resume in place."""
-        s = self.s
+        s, suspended = self.s, self.s.suspended
+        assert suspended is not None, "a kernel is kept once it is suspended"
         until = utcnow() + timedelta(seconds=seconds)
         s.checkpoint = brief
-        s.suspended.update(checkpoint="written", kept_until=iso(until))
+        suspended["checkpoint"] = "written"
+        suspended["kept_until"] = iso(until)
         s.message = (
             f"Suspended — checkpoint {brief['id']} saved; the kernel is kept for a fast resume "
             f"until {until:%H:%M:%S} UTC"
         )
-        kept.keep(s.id, seconds, s.suspended["host_bytes"] or 0, let_go)
+        kept.keep(s.id, seconds, suspended["host_bytes"] or 0, let_go)
         await self.table.persist(s)
 
-    async def unwritten(self, reason: str, text: str, timings: dict) -> None:
-        """The kernel is suspended but its checkpoint was not written: it keeps everything."""
+    async def unwritten(self, e: BaseException | None, timings: dict) -> bool:
+        """The pause's work ended early (``e``; None: cancelled). A suspended kernel keeps
+        every variable: the session stays ``suspended`` saying why the checkpoint was not
+        written (True). Not suspended (False): the pause's own outcome stands."""
+        if not await self.settled():
+            return False
+        reason, text = failure(e) if e is not None else ("cancelled", "the pause was cancelled")
+        if reason == "internal":
+            self.log.error("jupyter_gpu_pause: pause of %s", self.s.path, exc_info=e)
+        assert self.s.suspended is not None, "settled: the kernel is suspended"
         self.s.suspended["checkpoint"] = "failed"
         await self.table.fail(
             self.s,
             EventType.PAUSE_FAILED,
             self.reason,
-            state="suspended",
+            state=SessionState.SUSPENDED,
             reason=reason,
             text=f"checkpoint not written: {text}",
             intact=True,
@@ -152,6 +168,29 @@ class Suspension:
             "the kernel; Resume brings it back in place",
             **timings,
         )
+        return True
+
+
+class NotSuspending:
+    """The checkpoint tier's answers at the same seams: the kernel is never suspended, the
+    pause's own outcomes stand (a pause calls its tier without asking which one it is)."""
+
+    why_not: str | None = None
+
+    def ask(self, pid: int | None) -> bool:
+        return False
+
+    def staged(self, host_bytes: int, released: Callable[[], float]) -> None:
+        pass
+
+    async def settled(self) -> bool:
+        return False
+
+    async def unguard(self, run_agent, kernel_id: str) -> None:
+        pass
+
+    async def unwritten(self, e: BaseException | None, timings: dict) -> bool:
+        return False
 
 
 async def guard_lifted(run_agent, s: Session) -> None:
@@ -163,7 +202,9 @@ async def guard_lifted(run_agent, s: Session) -> None:
         raise SuspendError(f"the kernel's cells could not be let run again ({e})") from e
 
 
-async def not_back(table, kill, s: Session, suspended: dict, reason, text, timings) -> None:
+async def not_back(
+    table, kill, s: Session, suspended: SuspensionRecord, reason, text, timings
+) -> None:
     """A resume in place did not happen: a kernel whose checkpoint is not written stays
     suspended with everything; one whose checkpoint is written is stopped (``kill``) and the
     session ``paused``, its next resume from that checkpoint."""
@@ -175,20 +216,21 @@ async def not_back(table, kill, s: Session, suspended: dict, reason, text, timin
             s,
             EventType.RESUME_FAILED,
             "user",
-            state="suspended",
+            state=SessionState.SUSPENDED,
             message=f"Suspended — not resumed in place: {text}. Every variable is still in "
             "the kernel; Resume tries again",
             **common,
             **timings,
         )
         return
+    assert s.checkpoint is not None, "a written checkpoint is the session's (Suspension.keep)"
     await kill(s.kernel_id)
     s.kernel_id, s.suspended = None, None
     await table.fail(
         s,
         EventType.RESUME_FAILED,
         "user",
-        state="paused",
+        state=SessionState.PAUSED,
         message=f"Paused — not resumed in place ({text}); checkpoint {s.checkpoint['id']} is "
         "intact: Resume starts a new kernel from it",
         **common,

@@ -7,15 +7,20 @@ capability reaches these routes.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..state.errors import NotFound
 from .handlers import BaseHandler, api
 from .idempotency import idempotent
 
+if TYPE_CHECKING:
+    from ..budgets.service import Budgets
+
 
 class _Budget(BaseHandler):
     @property
-    def budgets(self):
-        budgets = self.settings.get("gpu_pause_budgets")
+    def budgets(self) -> Budgets:
+        budgets = self.budget_service
         if budgets is None:
             raise NotFound(
                 "no GPU-hour budget is configured on this server (c.GpuPauseApp.budgets)",
@@ -31,7 +36,7 @@ class BudgetHandler(_Budget):
 
     @api
     async def get(self):
-        if self.settings.get("gpu_pause_budgets") is None:
+        if self.budget_service is None:
             self.send(
                 {"admin": False, "configured": False, "user": self.budget_user, "budgets": []}
             )

@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import json
 from http.client import responses
+from typing import TYPE_CHECKING
 
 from jupyter_server.auth.decorator import allow_unauthenticated, authorized
 from jupyter_server.base.handlers import APIHandler
@@ -25,6 +26,12 @@ from ...kernel.capability import parse_authorization
 from ...store.format import iso, parse_iso
 from ..state.errors import BadRequest, Forbidden, GpuPauseError, NotFound
 from .idempotency import error_document, idempotent
+
+if TYPE_CHECKING:  # the services above this room, as the app publishes them in its settings
+    from ..budgets.service import Budgets
+    from ..integrations.maintenance import StoreMaintenance
+    from ..lifecycle.lifecycle import Lifecycle
+    from ..monitor.monitor import Monitor
 
 AUTH_RESOURCE = "gpu_pause"
 # Any segment: an id that is not a session's answers 404 unknown-session, in JSON.
@@ -69,19 +76,30 @@ def api(method):
 class BaseHandler(ExtensionHandlerMixin, APIHandler):
     auth_resource = AUTH_RESOURCE
 
+    # jupyter_server declares it a class attribute but only reads it: per request, a property
     @property
-    def _track_activity(self) -> bool:
+    def _track_activity(self) -> bool:  # type: ignore[override]
         # The Lab panel polls these GETs; they must not keep an idle server awake
         # (shutdown_no_activity_timeout). Actions (POST, DELETE) are activity.
         return self.request.method != "GET"
 
+    # -- the services a handler calls (built and published by the app, server/app.py) ---------
     @property
-    def monitor(self):
+    def monitor(self) -> Monitor:
         return self.settings["gpu_pause_monitor"]
 
     @property
-    def lifecycle(self):
+    def lifecycle(self) -> Lifecycle:
         return self.settings["gpu_pause"]
+
+    @property
+    def budget_service(self) -> Budgets | None:
+        """None: no GPU-hour budget is configured."""
+        return self.settings.get("gpu_pause_budgets")
+
+    @property
+    def maintenance(self) -> StoreMaintenance:
+        return self.settings["gpu_pause_maintenance"]
 
     def log_exception(self, typ, value, tb):
         """A refusal of ours below 500 (a 409 ``resumed-elsewhere``, a 404) is an answer, not a
@@ -192,15 +210,10 @@ class ResumeHandler(BaseHandler):
     @idempotent
     async def post(self, session_id):
         b = self.body({"checkpoint_id": str, "device": str, "into_kernel": str})
-        device = b.get("device")
-        budgets = self.settings.get("gpu_pause_budgets")
-        if budgets is not None:  # over a GPU-hour budget: 409 budget-exceeded, "any" → CPU
-            s = self.lifecycle.table.get(session_id)
-            device = await budgets.admit(s, device, self.lifecycle.gpu_session)
         s = await self.lifecycle.resume(
             session_id,
             checkpoint_id=b.get("checkpoint_id"),
-            device=device,
+            device=b.get("device"),
             into_kernel=b.get("into_kernel"),
         )
         self.send(self.lifecycle.view(s), 202)
@@ -311,7 +324,7 @@ class StoreGcHandler(BaseHandler):
                 '{"dry_run": false} frees it',
                 "bad-field",
             )
-        self.send(await self.settings["gpu_pause_maintenance"].collect(dry_run=b["dry_run"]))
+        self.send(await self.maintenance.collect(dry_run=b["dry_run"]))
 
 
 class KernelHandler(BaseHandler):
@@ -378,30 +391,3 @@ class UnknownHandler(BaseHandler):
         )
 
     get = post = put = delete = patch = api(_unknown)
-
-
-def handlers() -> list[tuple[str, type]]:
-    from .budget import budget_handlers  # it builds on BaseHandler, defined here
-
-    base = r"/gpu-pause/api"
-    return [
-        (rf"{base}/sessions", SessionsHandler),
-        (rf"{base}/sessions/{SID}", SessionHandler),
-        (rf"{base}/sessions/{SID}/pause", PauseHandler),
-        (rf"{base}/sessions/{SID}/resume", ResumeHandler),
-        (rf"{base}/sessions/{SID}/cancel", CancelHandler),
-        (rf"{base}/sessions/{SID}/check", CheckHandler),
-        (rf"{base}/sessions/{SID}/rebuild", RebuildHandler),
-        (rf"{base}/sessions/{SID}/keepalive", KeepaliveHandler),
-        (rf"{base}/sessions/{SID}/checkpoints", CheckpointsHandler),
-        (rf"{base}/policies", PoliciesHandler),
-        (rf"{base}/capacity", CapacityHandler),
-        (rf"{base}/events", EventsHandler),
-        (rf"{base}/report", ReportHandler),
-        (rf"{base}/store/gc", StoreGcHandler),
-        *budget_handlers(base),
-        (rf"{base}/kernel/session", KernelSessionHandler),
-        (rf"{base}/kernel/pause", KernelPauseHandler),
-        (rf"{base}/kernel/rebuilt", KernelRebuiltHandler),
-        (rf"{base}(?:/.*)?", UnknownHandler),
-    ]

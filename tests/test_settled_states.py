@@ -1,0 +1,83 @@
+"""A state shown is a state that accepts its actions: a script that sees ``paused`` resumes at
+once, one that sees ``active`` after a resume pauses at once, and neither is ever refused — on a
+machine whose cores are busy with other work, where an operation's tail (its record written, its
+event sent) runs well after its outcome is shown.
+
+The script looks as fast as it can (every 10 ms through the public client), so it meets each
+state the moment it is published; every round checks that the notebook's value came back.
+``benchmarks/bench_rounds.py`` runs the same rounds 300 times.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from jupyter_gpu_pause.client import GpuPauseClient
+from tests.servers import TOKEN, Server
+
+ROUNDS = int(os.environ.get("GP_SETTLED_ROUNDS", "15"))
+LOOK = 0.01  # seconds between two looks at the session
+CONFIG = """
+c.GpuPauseApp.policies = []
+c.GpuPauseApp.gc_grace_seconds = 0
+"""
+SPIN = "import time\nend = time.monotonic() + 3600\nwhile time.monotonic() < end: pass\n"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    s = Server(tmp_path_factory.mktemp("settled"), config=CONFIG)
+    s.env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
+    s.start()
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def busy_cores():
+    """Every core kept busy by other processes for the length of the test."""
+    spinners = [subprocess.Popen([sys.executable, "-c", SPIN]) for _ in range(os.cpu_count() or 2)]
+    yield
+    for p in spinners:
+        p.kill()
+        p.wait()
+
+
+def _shown(gp: GpuPauseClient, sid: str, want: tuple[str, ...]) -> dict:
+    s = gp.wait(sid, ("paused", "failed", "active", "idle"), timeout=120, poll=LOOK)
+    assert s["state"] in want, s
+    return s
+
+
+def _round(server: Server, gp: GpuPauseClient, sid: str, i: int) -> None:
+    gp.pause(sid)
+    _shown(gp, sid, ("paused",))
+    # Then the session shown paused accepts its resume at once (no WrongState raised)
+    gp.resume(sid)
+    _shown(gp, sid, ("active", "idle"))
+    # And the session shown active after a resume accepts a pause at once
+    gp.pause(sid)
+    _shown(gp, sid, ("paused",))
+    gp.resume(sid)
+    back = _shown(gp, sid, ("active", "idle"))
+    # And the notebook's value is back, then moves on for the next round
+    assert server.run(back["kernel_id"], f"print(x); x = {i + 1}").strip() == str(i)
+
+
+def test_a_session_shown_paused_accepts_a_resume_and_shown_active_a_pause(server, busy_cores):
+    # Given a notebook holding a value, and a script talking to its server
+    gp = GpuPauseClient(f"http://127.0.0.1:{server.port}/", TOKEN)
+    s = server.open_notebook("rounds.ipynb")
+    server.run(s["kernel_id"], "x = 0")
+    # When, with every core busy, it pauses and resumes it round after round, each action
+    # sent the moment the session shows the state that offers it
+    for i in range(ROUNDS):
+        _round(server, gp, s["id"], i)
+    # Then every round paused and resumed: one paused and one resumed event each
+    types = [e["type"] for e in gp.events(session=s["id"])]
+    assert types.count("paused") == 2 * ROUNDS and types.count("resumed") == 2 * ROUNDS, types
