@@ -5,13 +5,9 @@ In a kernel, ``import jupyter_gpu_pause as gp`` gives the agent API (``gp.regist
 the server side is imported lazily so a kernel never loads Tornado on our account.
 """
 
-try:
-    from ._version import __version__
-except ImportError:  # running from a source tree that was never built
-    __version__ = "0.0.0+unknown"
-
 from . import kernel as _kernel
 from .kernel import *  # noqa: F403  (the kernel API is the package's API)
+from .version import __version__
 
 
 def _jupyter_labextension_paths():

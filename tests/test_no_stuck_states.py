@@ -119,26 +119,6 @@ async def test_a_lying_agent_never_gets_a_checkpoint_signed(lab, store_dir, repl
     assert (await pause(lab, s))["state"] == "paused"
 
 
-OLD_SERVER_CALL = """
-import base64, json, jupyter_gpu_pause.kernel.agent as _a
-_got = []
-_a._publish = lambda mime, data: _got.append(data)
-_req = {"protocol": _a.PROTOCOL, "func": "warm", "params": {"modules": ["json"]}}
-_a.call(base64.b64encode(json.dumps(_req).encode()).decode())
-_a.call("not base64 JSON")
-print(json.dumps(_got))
-"""
-
-
-async def test_the_agent_still_answers_a_request_in_the_code_as_older_servers_send_it(lab):
-    # Given a kernel with this agent, and a request sent the old way (base64 JSON in the code)
-    s = await lab.open_notebook()
-    got = json.loads(await lab.run(s["kernel_id"], OLD_SERVER_CALL))
-    # Then it runs, and a request it cannot read gets an answer saying so
-    assert got[0]["ok"] and got[0]["result"] == {"imported": ["json"]}, got
-    assert not got[1]["ok"] and got[1]["error"]["reason"] == "agent-protocol", got
-
-
 async def test_a_kernel_with_an_older_agent_is_told_to_upgrade(lab, store_dir):
     # Given a kernel whose environment has an older agent (no `call_parent`)
     s = await lab.open_notebook()

@@ -1,13 +1,11 @@
 """The entry point the server runs inside the kernel, and the channel back to it.
 
-The server sends one silent ``execute_request`` whose code (``CODE``) calls ``call_parent``; the
-request ``{"protocol", "func", "params"}`` is in that message's metadata (``REQUEST_KEY``), not
-in the code, which IPython would run through its input transformers. ``func`` is ``capture``,
-``restore``, ``check``, ``warm``, ``gpu``, ``usage``, ``track``, ``rebuild``, ``finish`` or
-``unguard``; every
-request first takes the kernel's exit baseline (``finish.py``) and installs the cell log
-(``cells.py``) if this kernel has none yet. (``call`` takes the
-request as base64 JSON in the code, as servers before this one sent it.)
+The server sends one silent ``execute_request`` whose code (``protocol.CODE``) calls
+``call_parent``; the request (``protocol.Request``) is in that message's metadata, not in the
+code, which IPython would run through its input transformers. Its ``func`` is one of
+``protocol.RequestName``, its ``params`` that request's args (``protocol.CaptureArgs``, …);
+every request first takes the kernel's exit baseline (``finish.py``) and installs the cell log
+(``cells.py``) if this kernel has none yet.
 Progress and the final result travel back as display_data messages with our own MIME types on
 IOPub: frontends ignore them (the request is not theirs) and nothing is added to the user's
 namespace or history. Every result carries the protocol and package version, so a kernel whose
@@ -16,28 +14,39 @@ environment has another version of this package is told apart from a broken one.
 
 from __future__ import annotations
 
-import base64
-import json
 import time
 
 from ..store import IntegrityError, Store, StoreError, declare_intent
 from ..store.schema import MAX_TEXT
-from ..units import count_text, size_text
-from . import ambient, api, cells, guard, rerun
+from . import ambient, cells, guard, rerun
 from .capture import CaptureError, environment, host_copies, make_plan, write_plan
+from .dryrun import dry_run
+from .dryrun import plan as verified
 from .finish import prepare_exit
 from .finish import watch as watch_exit
+from .protocol import (  # noqa: F401  (PROTOCOL, the MIME types: this module's names too)
+    DEFAULT_AMBIENT,
+    DEFAULT_CAPTURE,
+    DEFAULT_DEVICE,
+    DEFAULT_MAX_BYTES,
+    DEFAULT_REBUILD,
+    DEFAULT_STORE_TIMEOUT,
+    DEFAULT_TEST_RESTORE,
+    DEFAULT_VERIFY,
+    MIME_PROGRESS,
+    MIME_RESULT,
+    PROTOCOL,
+    REQUEST_KEY,
+    CaptureArgs,
+    CheckArgs,
+    NoArgs,
+    RebuildArgs,
+    RestoreArgs,
+    WarmArgs,
+)
+from .registry import REGISTRY, plan_args, register, registered
 from .restore import RestoreError, load_blobs, restore_objects
 from .trial import start as start_trial
-from .trial import verified_plan
-
-MIME_PROGRESS = "application/vnd.jupyter-gpu-pause.progress+json"
-MIME_RESULT = "application/vnd.jupyter-gpu-pause.result+json"
-# The shape of requests and results; bumped whenever either changes. The server refuses a reply
-# of another protocol, the agent a request of another protocol, each saying which versions met.
-PROTOCOL = 7
-REQUEST_KEY = "jupyter_gpu_pause_request"  # the execute_request's metadata key of the request
-CODE = "__import__('jupyter_gpu_pause.kernel.agent', fromlist=['_']).call_parent()"
 
 
 def _shell():
@@ -62,7 +71,7 @@ class _Progress:
 
     def __init__(self, first: dict | None = None):
         self._last = 0.0
-        self._phase = None
+        self._phase: str | None = None
         self._first = first or {}
 
     def __call__(self, phase: str, done: int, total: int) -> None:
@@ -75,7 +84,7 @@ class _Progress:
 
 
 def _version() -> str:
-    from .. import __version__
+    from ..version import __version__
 
     return __version__
 
@@ -117,22 +126,6 @@ def call_parent() -> None:
     exactly one result."""
     try:
         request = _shell().kernel.get_parent()["metadata"][REQUEST_KEY]
-    except Exception as e:
-        return _fail(f"the agent could not read the server's request ({e!r})", "agent-protocol")
-    _run(request)
-
-
-def call(arg: str) -> None:
-    """Run one request given as base64 JSON; always publishes exactly one result."""
-    try:
-        request = json.loads(base64.b64decode(arg))
-    except Exception as e:
-        return _fail(f"the agent could not read the server's request ({e!r})", "agent-protocol")
-    _run(request)
-
-
-def _run(request) -> None:
-    try:
         protocol, func, params = request["protocol"], request["func"], request["params"]
     except Exception as e:
         return _fail(f"the agent could not read the server's request ({e!r})", "agent-protocol")
@@ -175,7 +168,7 @@ def _run(request) -> None:
         _fail(f"{func} failed: {type(e).__name__}: {e}", "agent-error")
 
 
-def unguard(params: dict) -> None:
+def unguard(params: NoArgs) -> None:
     """The kernel runs again (resumed in place, or never suspended): cells run again."""
     shell = _shell()
     was = guard.installed(shell)
@@ -183,27 +176,13 @@ def unguard(params: dict) -> None:
     _ok({"guarded": was})
 
 
-def _store(params: dict) -> Store:
+def _store(params: CaptureArgs | RestoreArgs) -> Store:
     """The store the server named, with its per-request timeout."""
-    timeout = float(params.get("store_timeout") or 30.0)
+    timeout = float(params.get("store_timeout") or DEFAULT_STORE_TIMEOUT)
     return Store(params["store_url"], params.get("store_options") or {}, timeout=timeout)
 
 
-def _plan(mode: str, exclude: dict | None = None, test_restore: bool = True):
-    """The plan, test-restored in a forked copy of this kernel (``trial.py``): what would not
-    load back is skipped now, ``exclude`` with it."""
-    shell = _shell()
-    ns, hidden = shell.user_ns, shell.user_ns_hidden
-    return verified_plan(ns, hidden, *_plan_args(mode), exclude=exclude, enabled=test_restore)
-
-
-def _plan_args(mode: str) -> tuple:
-    reg = api.REGISTRY
-    hooks = {"on_pause": list(reg.on_pause), "on_restore": list(reg.on_restore)}
-    return list(reg.names), mode, hooks
-
-
-def capture(params: dict) -> None:
+def capture(params: CaptureArgs) -> None:
     """Run on_pause hooks, plan, check the size limit, write blobs; publish the result.
 
     With ``suspend`` (the server suspends this kernel in place): every GPU tensor is copied to
@@ -211,18 +190,22 @@ def capture(params: dict) -> None:
     ``staged`` tells the server it may suspend the process's CUDA state, and the blobs are
     written from the host copies alone, with no CUDA call (they would block until resumed)."""
     try:
-        for fn in list(api.REGISTRY.on_pause):
+        for fn in list(REGISTRY.on_pause):
             fn()
-        mode = params.get("capture", "namespace")
+        mode = params.get("capture", DEFAULT_CAPTURE)
+        max_bytes = int(params.get("max_bytes") or DEFAULT_MAX_BYTES)
         shell = _shell()
-        plan = make_plan(shell.user_ns, shell.user_ns_hidden, *_plan_args(mode))
+        plan = make_plan(shell.user_ns, shell.user_ns_hidden, *plan_args(mode))
         plan.cells = rerun.log_bytes(shell)
-        if params.get("ambient", True):
+        if params.get("ambient", DEFAULT_AMBIENT):
             plan.ambient, plan.ambient_report = ambient.capture()
-        _check_size(plan, int(params.get("max_bytes") or 0))
+        _check_size(plan, max_bytes)
         # the test-restore runs in its child while this process writes the blobs
         trial = start_trial(
-            plan, shell.user_ns, shell.user_ns_hidden, enabled=params.get("test_restore", True)
+            plan,
+            shell.user_ns,
+            shell.user_ns_hidden,
+            enabled=params.get("test_restore", DEFAULT_TEST_RESTORE),
         )
         # the size is known before the first byte is written (GPU staging, hashing): say it
         progress = _Progress({"packages": plan.packages})
@@ -236,17 +219,17 @@ def capture(params: dict) -> None:
                 store,
                 # the server starts a warm kernel importing these while this pause writes
                 progress=progress,
-                verify=params.get("verify", True),
+                verify=params.get("verify", DEFAULT_VERIFY),
                 # GC must not delete a blob this capture decides to reuse (store/lease.py)
                 before_reuse=lambda hashes: declare_intent(store, cid, hashes),
                 host=host,
             )
 
         def replan():  # rare: plan again without what does not restore
-            again = _plan(mode, exclude=verdict.own_failures())
+            again = verified(shell, mode, exclude=verdict.own_failures())
             again.cells = rerun.log_bytes(shell)
             again.ambient, again.ambient_report = plan.ambient, plan.ambient_report
-            _check_size(again, int(params.get("max_bytes") or 0))
+            _check_size(again, max_bytes)
             return again
 
         if params.get("suspend"):
@@ -290,7 +273,7 @@ def capture(params: dict) -> None:
         result["kernel"], result["origin"] = environment()
         # what a warm kernel imports before this checkpoint's restore (manifest texts are flat)
         result["kernel"]["packages"] = ",".join(plan.packages)[:MAX_TEXT]
-        result["registered"] = api.registered()
+        result["registered"] = registered()
         result["unverified"] = plan.unverified
         if plan.ambient_report is not None:  # what capturing the process state cost
             result["ambient_seconds"] = plan.ambient_report["seconds"]
@@ -315,7 +298,7 @@ def _check_size(plan, limit: int) -> None:
         )
 
 
-def restore(params: dict) -> None:
+def restore(params: RestoreArgs) -> None:
     """Check all blobs, rebuild objects into the namespace, run on_restore hooks; publish report."""
     doc = params["manifest"]
     cid = doc.get("checkpoint_id")
@@ -332,7 +315,7 @@ def restore(params: dict) -> None:
         _become(params.get("environ") or {}, params.get("cwd"))
         store = _store(params)
         bad: dict = {}
-        device = params.get("device", "any")  # GPU tensors stream straight to the device
+        device = params.get("device", DEFAULT_DEVICE)  # GPU tensors go straight to the device
         blobs = load_blobs(doc, store, progress=_Progress(), bad=bad, device=device)
         if doc["pickle"]["blob"] in bad:  # no object can come from it: refuse it whole
             raise bad[doc["pickle"]["blob"]]
@@ -350,9 +333,7 @@ def restore(params: dict) -> None:
                     older_bad,
                 )
 
-        report = restore_objects(
-            doc, blobs, _shell().user_ns, params.get("device", "any"), bad, fallbacks()
-        )
+        report = restore_objects(doc, blobs, _shell().user_ns, device, bad, fallbacks())
         # settings, random state and IPython's own, before any hook or cell of the user's runs
         report["ambient"] = around.rest() if around is not None else None
         older_log, log_problem = rerun.load_log(doc, blobs, bad)
@@ -367,10 +348,10 @@ def restore(params: dict) -> None:
             return _fail_numpy("resume", "The checkpoint is safe.")
         return _fail(f"restore failed: {type(e).__name__}: {e}", "agent-error")
     hooks = report.pop("hooks") or {}
-    api.register(*report["registered"])
-    api.REGISTRY.on_pause[:] = hooks.get("on_pause", [])
-    api.REGISTRY.on_restore[:] = hooks.get("on_restore", [])
-    for fn in api.REGISTRY.on_restore:
+    register(*report["registered"])
+    REGISTRY.on_pause[:] = hooks.get("on_pause", [])
+    REGISTRY.on_restore[:] = hooks.get("on_restore", [])
+    for fn in REGISTRY.on_restore:
         try:
             fn()
         except Exception as e:
@@ -378,21 +359,21 @@ def restore(params: dict) -> None:
                 {"name": f"on_restore hook {getattr(fn, '__name__', fn)!s}", "reason": repr(e)}
             )
     shell = _shell()
-    if params.get("rebuild", "ask") == "never":
+    if params.get("rebuild", DEFAULT_REBUILD) == "never":
         missing = []  # the log is still joined, so a later pause keeps it
     else:
         missing = rerun.lost_names(report, shell.user_ns)
     no_rerun = params.get("no_rerun_ids") or []
     report["rebuild"] = rerun.offer(shell, missing, older_log, log_problem, no_rerun)
-    api.REGISTRY.last_restore = report
+    REGISTRY.last_restore = report
     _ok(report)
 
 
-def _ambient(doc: dict, blobs: dict, bad: dict, params: dict) -> ambient.Restoring | None:
+def _ambient(doc: dict, blobs: dict, bad: dict, params: RestoreArgs) -> ambient.Restoring | None:
     """The checkpoint's ambient state, ready to restore; None when the setting is off or the
     checkpoint has none (written before it existed, or with the setting off)."""
     meta = doc.get("ambient")
-    if not params.get("ambient", True) or not meta:
+    if not params.get("ambient", DEFAULT_AMBIENT) or not meta:
         return None
     no_rerun_ids = params.get("no_rerun_ids") or []
     if meta["blob"] in bad:
@@ -401,20 +382,20 @@ def _ambient(doc: dict, blobs: dict, bad: dict, params: dict) -> ambient.Restori
     return ambient.Restoring(bytes(blobs[meta["blob"]]), no_rerun_ids=no_rerun_ids)
 
 
-def track(params: dict) -> None:
-    """Start the cell log now (``_run`` installs it): the server asks as soon as it sees a new
-    kernel, so each cell's run time is known from the first one on."""
+def track(params: NoArgs) -> None:
+    """Start the cell log now (``call_parent`` installs it): the server asks as soon as it sees
+    a new kernel, so each cell's run time is known from the first one on."""
     _ok({"cells": len(cells.install(_shell()).cells)})
 
 
-def finish(params: dict) -> None:
+def finish(params: NoArgs) -> None:
     """Just before the server kills this kernel (its checkpoint is committed): whether the kill
     loses anything a graceful exit would keep, and if not, what of that exit matters done now
     (``finish.py``)."""
     _ok(prepare_exit(_shell()))
 
 
-def rebuild(params: dict) -> None:
+def rebuild(params: RebuildArgs) -> None:
     """Re-run the cells that make the names the resume did not bring back (``rerun.run``),
     publishing progress per cell."""
 
@@ -435,8 +416,8 @@ def rebuild(params: dict) -> None:
         )
     except Exception as e:
         return _fail(f"rebuild failed: {type(e).__name__}: {e}", "agent-error")
-    if api.REGISTRY.last_restore is not None:
-        api.REGISTRY.last_restore["rebuild"] = result["offer"]
+    if REGISTRY.last_restore is not None:
+        REGISTRY.last_restore["rebuild"] = result["offer"]
     _ok(result)
 
 
@@ -448,14 +429,14 @@ def _cells_run() -> int:
     return shell.execution_count - 1 - getattr(shell, ambient.COUNTED, 0)
 
 
-def usage(params: dict) -> None:
+def usage(params: NoArgs) -> None:
     """Whether this kernel has run code of a person's: a resume restores unasked only into a
     kernel that has run none."""
     _ok({"cells_run": _cells_run()})
 
 
 def _become(environ: dict, cwd: str | None) -> None:
-    """A warm kernel (``server/lifecycle/spares.py``) was started before anyone knew which
+    """A warm kernel (``server/kernels/spares.py``) was started before anyone knew which
     session it would restore: take on that session's environment and folder before anything
     reads them (CUDA reads ``CUDA_VISIBLE_DEVICES`` when it initialises, which the restore does
     later)."""
@@ -467,7 +448,7 @@ def _become(environ: dict, cwd: str | None) -> None:
         os.chdir(cwd)
 
 
-def warm(params: dict) -> None:
+def warm(params: WarmArgs) -> None:
     """Import what a restore will need (this module is imported already), so that a kernel
     kept warm restores without paying for its imports. A module that is not installed is
     skipped: the restore will say what it lacks."""
@@ -490,73 +471,24 @@ def warm(params: dict) -> None:
     _ok({"imported": imported})
 
 
-class CheckReport(dict):
-    """The answer of ``gp.check()``: a dict that prints as a readable table."""
-
-    def __repr__(self) -> str:
-        n = count_text(len(self["objects"]), "object")
-        lines = [f"A pause would save {n}, {size_text(self['bytes'])}:"]
-        for o in self["objects"]:
-            flag = " (registered)" if o.get("required") else ""
-            lines.append(f"  {o['name']:<24} {size_text(o['bytes']):>10}{flag}")
-        if self["skipped"]:
-            lines.append(f"Cannot be saved ({len(self['skipped'])}):")
-            lines += [f"  {s['name']:<24} {s['reason']}" for s in self["skipped"]]
-        if self.get("unverified"):
-            u = self["unverified"]
-            lines.append(f"Saved but not test-restored ({u['reason']}): {', '.join(u['names'])}")
-        loose = (self.get("ambient") or {}).get("not_carried") or []
-        if loose:
-            lines.append(f"Will not continue after the resume ({len(loose)}):")
-            lines += [f"  {x['name']:<24} {x['reason']}" for x in loose]
-        if self.get("error"):
-            lines.append(f"Pause would FAIL: {self['error']}")
-        return "\n".join(lines)
-
-    def _repr_pretty_(self, p, cycle) -> None:
-        p.text(repr(self))
-
-
-def dry_run(
-    mode: str = "namespace", test_restore: bool = True, with_ambient: bool = True
-) -> CheckReport:
-    """What a pause would save and skip, without writing anything; with ``with_ambient``,
-    what of the process around the namespace it would carry and what cannot travel."""
-    # before the test-restore forks its child, which is no child of the user's
-    around = ambient.describe() if with_ambient else None
-    try:
-        plan = _plan(mode, test_restore=test_restore)
-    except CaptureError as e:
-        return CheckReport(
-            objects=[], skipped=[], bytes=0, error=str(e), unverified=None, ambient=around
-        )
-    objects = [
-        {"name": o["name"], "bytes": o["bytes"], "required": o.get("required", False)}
-        for o in plan.objects
-        if o["kind"] != "hooks"
-    ]
-    return CheckReport(
-        objects=objects,
-        skipped=plan.skipped,
-        bytes=plan.total_bytes,
-        error=None,
-        unverified=plan.unverified,
-        ambient=around,
-    )
-
-
-def check(params: dict) -> None:
+def check(params: CheckArgs) -> None:
     """The dry run, for the server: published as a result (idle warnings, the check endpoint)."""
     try:
-        mode = params.get("capture", "namespace")
-        report = dict(dry_run(mode, params.get("test_restore", True), params.get("ambient", True)))
-        report["registered"] = api.registered()
+        report = dict(
+            dry_run(
+                _shell(),
+                params.get("capture", DEFAULT_CAPTURE),
+                params.get("test_restore", DEFAULT_TEST_RESTORE),
+                params.get("ambient", DEFAULT_AMBIENT),
+            )
+        )
+        report["registered"] = registered()
     except Exception as e:
         return _fail(f"check failed: {type(e).__name__}: {e}", "agent-error")
     _ok(report)
 
 
-def gpu(params: dict) -> None:
+def gpu(params: NoArgs) -> None:
     """What this kernel holds on its GPUs as torch sees it, for a server that cannot see the
     process through NVML (a kernel behind a gateway): bytes reserved by torch's caching
     allocator and the devices' UUIDs. Never imports torch or initialises CUDA."""

@@ -1,7 +1,7 @@
 """The kernel API users call from a notebook: register names, dry-run, hooks, ask for a pause.
 
-State lives in one module-level registry so that ``import jupyter_gpu_pause as gp`` in any cell
-sees the same registrations; the registry itself is saved with the checkpoint and restored.
+The registrations live in ``registry.py`` (shared with the server's agent); this module adds
+what a person asks of the server or of the agent's dry run.
 """
 
 from __future__ import annotations
@@ -12,63 +12,15 @@ import re
 
 from ..store.schema import is_variable_name
 from .capability import authorization
-
-
-class _Registry:
-    def __init__(self):
-        self.names: list[str] = []
-        self.on_pause: list = []
-        self.on_restore: list = []
-        self.last_restore: dict | None = None
-
-
-REGISTRY = _Registry()
-
-
-def register(*names: str) -> list[str]:
-    """Mark variables as required: a pause fails (and changes nothing) if one cannot be saved.
-
-    Names are looked up in the notebook namespace at pause time, so registering before the
-    variable exists is fine.
-    """
-    for n in names:
-        if not is_variable_name(n):
-            raise ValueError(f"{n!r} is not a variable name")
-    for n in names:
-        if n not in REGISTRY.names:
-            REGISTRY.names.append(n)
-    return registered()
-
-
-def unregister(*names: str) -> list[str]:
-    """Stop requiring these names (they are still saved best effort in namespace mode)."""
-    REGISTRY.names[:] = [n for n in REGISTRY.names if n not in names]
-    return registered()
-
-
-def registered() -> list[str]:
-    return list(REGISTRY.names)
-
-
-def on_pause(fn):
-    """Call ``fn()`` before each capture (e.g. to flush a logger). Usable as a decorator."""
-    if not callable(fn):
-        raise TypeError("on_pause needs a callable")
-    REGISTRY.on_pause.append(fn)
-    return fn
-
-
-def on_restore(fn):
-    """Call ``fn()`` after each restore (e.g. to rebuild a DataLoader). Usable as a decorator."""
-    if not callable(fn):
-        raise TypeError("on_restore needs a callable")
-    REGISTRY.on_restore.append(fn)
-    return fn
-
-
-def last_restore() -> dict | None:
-    """The report of the restore that built this kernel: restored, failed and skipped names."""
-    return REGISTRY.last_restore
+from .registry import (  # noqa: F401  (the registrations are this API's too)
+    REGISTRY,
+    last_restore,
+    on_pause,
+    on_restore,
+    register,
+    registered,
+    unregister,
+)
 
 
 class RebuildResult(dict):
@@ -114,9 +66,14 @@ def rebuild(*names: str, confirm: bool = False) -> RebuildResult:
 
 def check():
     """Dry run: what a pause would save, the sizes, and what cannot be saved and why."""
-    from .agent import dry_run
+    from IPython import get_ipython
 
-    return dry_run()
+    from .dryrun import dry_run  # here: the dry run imports the capture, which most never use
+
+    shell = get_ipython()
+    if shell is None:
+        raise RuntimeError("gp.check() works inside an IPython kernel only")
+    return dry_run(shell)
 
 
 # A kernel behind a gateway (Enterprise Gateway) gets only KERNEL_* variables from the server:

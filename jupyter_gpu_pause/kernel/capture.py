@@ -14,13 +14,17 @@ import sys
 import threading
 import types
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, cast
 
 from ..store import Store
 from ..store.schema import HOOKS_OBJECT
-from ..store.sources import BufferSource, source_hash
+from ..store.sources import BufferSource, Source, source_hash
 from ..store.writes import WRITERS, Threads
 from .pickling import RefTable, SegmentPickler, collector_paused
 from .staging import BUFFERS, Staging, cuda_staging, download
+
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer
 
 IPYTHON_NAMES = frozenset({"In", "Out", "exit", "quit", "get_ipython"})
 HOOKS_NAME = "on_pause/on_restore hooks"  # the hooks' name where they are skipped
@@ -188,7 +192,7 @@ class DeviceSource:
         self._staging = staging
 
     def chunk(self, offset: int, n: int) -> memoryview:
-        return memoryview(self._flat[offset : offset + n].cpu().numpy())
+        return memoryview(cast("ReadableBuffer", self._flat[offset : offset + n].cpu().numpy()))
 
     def stream(self, step: int):
         """The bytes in order, each part valid until the next is asked for (``sources.chunks``)."""
@@ -258,7 +262,7 @@ def _array_source(arr):
 class _Blob:
     """One blob to write: its source, its manifest description, and later its hash."""
 
-    src: object
+    src: Source
     kind: str
     extra: dict
     h: str = ""
@@ -392,7 +396,7 @@ def _write(plan: Plan, store: Store, progress, verify: bool, before_reuse, stagi
             if before_reuse is not None and fresh:
                 before_reuse(fresh)
             stored = store.blob_sizes(fresh)
-            todo = {}
+            todo: dict[str, Source] = {}
             for b in batch:
                 described.setdefault(b.h, {"bytes": b.src.nbytes, "kind": b.kind, **b.extra})
                 if b.h not in seen and stored.get(b.h) != b.src.nbytes:
@@ -409,13 +413,12 @@ def _write(plan: Plan, store: Store, progress, verify: bool, before_reuse, stagi
 def _blobs_of(plan: Plan, staging: Staging | None, host=None) -> tuple[list[_Blob], dict]:
     """Every blob of the plan in manifest order: storages, arrays, the cell log, the ambient
     state, then the pickle stream (last: ``_describe`` finds it there)."""
-    import_np = sys.modules.get("numpy")
     blobs = []
     for s in plan.refs.storages:
         src = _storage_source(s, staging, host)
         blobs.append(_Blob(src, "tensor", {"device": str(s.device)}))
     for a in plan.refs.arrays:
-        descr = import_np.lib.format.dtype_to_descr(a.dtype)
+        descr = sys.modules["numpy"].lib.format.dtype_to_descr(a.dtype)  # the arrays' numpy
         blobs.append(_Blob(_array_source(a), "buffer", {"dtype": descr}))
     offset = 0
     for obj, seg in zip(

@@ -54,7 +54,7 @@ MAX_TOTAL_CHARS = 8 * 1024 * 1024
 VERSION = 1
 NO_RERUN_TAG = "gp-no-rerun"  # a notebook cell tag: never re-run this cell (like the comment)
 
-_FIELDS = {
+_FIELDS: dict[str, type | tuple[type, ...]] = {
     "n": (int, type(None)),
     "code": str,
     "seconds": (int, float, type(None)),

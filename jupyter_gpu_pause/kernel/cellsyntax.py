@@ -12,6 +12,7 @@ import io
 import re
 import symtable
 import tokenize
+from collections.abc import Iterator, Sequence
 
 _MARK = re.compile(r"#\s*gp\s*:\s*no[-_ ]?rerun\b", re.IGNORECASE)
 # magics that may bind or delete any name: the cell's writes are unknown
@@ -50,8 +51,8 @@ def analyse(code: str) -> dict:
     writes: set[str] = set()
     star: list[str] = []
     magics: list[tuple[str, str]] = []
-    for node in tree.body:
-        _module_writes(node, writes, star)
+    for stmt in tree.body:
+        _module_writes(stmt, writes, star)
     try:
         _scope_reads(symtable.symtable(code, "<cell>", "exec"), reads, top=True)
     except SyntaxError:
@@ -152,7 +153,7 @@ def _left_deleted(tree: ast.Module) -> set[str]:
     return {name for name, deleted in last.items() if deleted}
 
 
-def _flat(targets: list[ast.AST]):
+def _flat(targets: Sequence[ast.AST]) -> Iterator[ast.AST]:
     for t in targets:
         if isinstance(t, ast.Tuple | ast.List):
             yield from _flat(t.elts)
@@ -220,7 +221,7 @@ def _module_writes(node: ast.AST, writes: set, star: list) -> None:
         for child in node.args.defaults:
             _module_writes(child, writes, star)
         return
-    targets: list[ast.AST] = []
+    targets: Sequence[ast.AST] = []
     if isinstance(node, ast.Assign):
         targets = node.targets
     elif isinstance(node, ast.AugAssign | ast.AnnAssign | ast.For | ast.AsyncFor):
@@ -247,8 +248,8 @@ def _module_writes(node: ast.AST, writes: set, star: list) -> None:
                 writes.add(a.asname or a.name)
     for target in targets:
         writes.update(_target_names(target))
-    for child in ast.iter_child_nodes(node):
-        _module_writes(child, writes, star)
+    for inner_node in ast.iter_child_nodes(node):
+        _module_writes(inner_node, writes, star)
 
 
 def _target_names(target: ast.AST) -> set[str]:

@@ -70,9 +70,17 @@ import time
 import types
 import warnings
 import weakref
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
+if TYPE_CHECKING:
+    from _io import _IOBase
+
+_FILE_BASE: type[_IOBase]
 try:  # the C base of every file object: an isinstance of it is ~2x cheaper than io.IOBase's
-    from _io import _IOBase as _FILE_BASE
+    from _io import _IOBase as _C_FILE_BASE
+
+    _FILE_BASE = _C_FILE_BASE
 except ImportError:  # not CPython
     _FILE_BASE = io.IOBase
 
@@ -104,6 +112,11 @@ KNOWN_FINALIZERS = {
 
 _LOCK = threading.Lock()
 _watch: _Watch | None = None
+
+
+def _finalizers() -> dict[weakref.finalize, Any]:
+    """``weakref.finalize``'s live finalizers (finalizer -> its info), a CPython private."""
+    return weakref.finalize._registry  # type: ignore[attr-defined]  # private: not in typeshed
 
 
 def _name(func) -> str:
@@ -148,14 +161,18 @@ class _Watch:
         self.clean = shell.execution_count <= 1  # no cell has run yet
         self.expected = atexit._ncallbacks()
         self.handlers: list[tuple[object, str]] = []  # (handler, module that registered it)
-        self.finalizers = set(weakref.finalize._registry)
+        self.finalizers = set(_finalizers())
+        self.files: set[tuple[int, int]] | None
         try:
             self.files = {key for _, key in _writable_files().values()}
         except Exception:  # no psutil: files cannot be judged, and a kill is never safe
             self.files = None
-        self._register, self._unregister = atexit.register, atexit.unregister
+        # typed loosely: functools.wraps cannot take atexit.register's ParamSpec-generic type
+        original_register: Callable[..., Any] = atexit.register
+        original_unregister: Callable[..., Any] = atexit.unregister
+        self._register, self._unregister = original_register, original_unregister
 
-        @functools.wraps(self._register)
+        @functools.wraps(original_register)
         def register(func, *args, **kwargs):
             with _LOCK:
                 before = atexit._ncallbacks()
@@ -164,7 +181,7 @@ class _Watch:
                 self.handlers.append((func, _origin(sys._getframe(1))))
             return result
 
-        @functools.wraps(self._unregister)
+        @functools.wraps(original_unregister)
         def unregister(func):
             with _LOCK:
                 before = atexit._ncallbacks()
@@ -172,7 +189,9 @@ class _Watch:
                 self.expected += atexit._ncallbacks() - before
                 self.handlers = [(f, o) for f, o in self.handlers if f != func]
 
-        atexit.register, atexit.unregister = register, unregister
+        # a wrapper cannot be typed as atexit.register's ParamSpec-generic signature (mypy
+        # accepts no function for it, functools.wraps turns it into Never): the ignore stays
+        atexit.register, atexit.unregister = register, unregister  # type: ignore[assignment]
 
     def unknown_handlers(self) -> list[str]:
         out = []
@@ -189,7 +208,7 @@ class _Watch:
 
     def unknown_finalizers(self) -> list[str]:
         out = []
-        for f, info in list(weakref.finalize._registry.items()):
+        for f, info in list(_finalizers().items()):
             if f in self.finalizers or not info.atexit:
                 continue
             name = _name(info.func)

@@ -11,6 +11,8 @@ replaces the cell's code, so nothing of it runs and the namespace is not touched
 
 from __future__ import annotations
 
+from .protocol import REQUEST_KEY
+
 _ATTR = "_jupyter_gpu_pause_guard"
 MESSAGE = (
     "This kernel is suspended in place: its GPU was released and its variables are kept, "
@@ -21,8 +23,6 @@ MESSAGE = (
 
 def _transform(lines: list[str]) -> list[str]:
     from IPython import get_ipython
-
-    from .agent import REQUEST_KEY
 
     shell = get_ipython()
     try:

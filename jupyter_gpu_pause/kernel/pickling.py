@@ -24,6 +24,7 @@ import pickle
 import sys
 import threading
 import types
+from typing import Any
 
 import cloudpickle
 
@@ -82,7 +83,7 @@ def classes_by_value_forgotten():
     whose rebuild fails (``np.recarray`` by value: ``_find_home``) passed the test-restore
     and failed the resume. ``_lookup_class_or_track`` reads both globals at each call.
     """
-    module = sys.modules["cloudpickle.cloudpickle"]
+    module: Any = sys.modules["cloudpickle.cloudpickle"]  # its privates are not typed
     saved = module._DYNAMIC_CLASS_TRACKER_BY_ID, module._DYNAMIC_CLASS_TRACKER_BY_CLASS
     lock = module._DYNAMIC_CLASS_TRACKER_LOCK
     # a new lock too: in a forked child, another thread of the kernel may have held it
@@ -536,10 +537,10 @@ class EditableMemoUnpickler(pickle._Unpickler):
     (assigning it a dict leaves it empty). Slower, but only on that rare path.
     """
 
-    def __init__(self, data: bytes, resolve, previous: pickle._Unpickler | None):
+    def __init__(self, data: bytes, resolve, previous: EditableMemoUnpickler | None):
         super().__init__(io.BytesIO(data))
         self._resolve = resolve
-        self.memo = previous.memo if previous is not None else ForgettingMemo()
+        self.memo: ForgettingMemo = previous.memo if previous is not None else ForgettingMemo()
 
     def persistent_load(self, pid):
         return self._resolve(pid)

@@ -69,8 +69,8 @@ def make_plan(
     chosen: set[int] = set()
     names = []
     for name, root in roots.items():
-        if (reason := graph.failure(root)) is not None:
-            unbuildable.append({"name": name, "reason": reason})
+        if (failure := graph.failure(root)) is not None:
+            unbuildable.append({"name": name, "reason": failure})
             continue
         names.append(name)
         chosen |= graph.closure(root)
@@ -181,7 +181,7 @@ class _Graph:
             return j
         if name in cell["writes"]:  # bound by the cell before its load, or the re-run says so
             return None
-        if name in self.present:
+        if name in self.present and later is not None:  # present and unchanged returned above
             self.problem.setdefault(
                 i,
                 f"`{name}` is read by cell {_label(cell)} and changed later by cell "
@@ -262,12 +262,14 @@ def run_plan(
     True, "shared", "rebuilt": [], …}``. ``progress(done, total)`` is called after each cell.
     """
     started = time.perf_counter()
-    steps = [(c, log.position(c["seq"])) for c in plan["cells"]]
     result = {"ok": False, "rebuilt": [], "copy_seconds": 0.0, "copy_bytes": 0, "shared": []}
-    for step, index in steps:
+    steps: list[tuple[dict, int]] = []
+    for step in plan["cells"]:
+        index = log.position(step["seq"])
         if index is None:
             failed = {**_where(step, step["index"]), "error": "the cell is no longer in the log"}
             return {**result, "failed": failed, "seconds": time.perf_counter() - started}
+        steps.append((step, index))
     writes = {n for _, i in steps for n in log.cells[i]["writes"]}
     copier = _Copier(user_ns, writes)
     scratch = _scratch(user_ns, shell)

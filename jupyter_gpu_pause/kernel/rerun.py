@@ -17,14 +17,14 @@ from __future__ import annotations
 import json
 
 from ..store.schema import is_variable_name
-from . import cells
+from .cells import CellLog, install
 from .rebuild import _data_bytes, make_plan, plan_text, run_plan
 
 COPY_ASK_BYTES = 512 * 1024 * 1024  # copying more than this of the restored values asks first
 _STATE = "_gpu_pause_rebuild"  # the shell attribute holding what is still to rebuild
 
 
-def load_log(doc: dict, blobs: dict, bad: dict) -> tuple[cells.CellLog | None, str | None]:
+def load_log(doc: dict, blobs: dict, bad: dict) -> tuple[CellLog | None, str | None]:
     """The cell log a checkpoint carries, or None and why not."""
     meta = doc.get("cells")
     if not meta:
@@ -32,14 +32,14 @@ def load_log(doc: dict, blobs: dict, bad: dict) -> tuple[cells.CellLog | None, s
     if meta["blob"] in bad:
         return None, f"the checkpoint's cell log failed its check: {bad[meta['blob']]}"
     try:
-        return cells.CellLog.from_json(json.loads(bytes(blobs[meta["blob"]]))), None
+        return CellLog.from_json(json.loads(bytes(blobs[meta["blob"]]))), None
     except (ValueError, KeyError, UnicodeDecodeError) as e:
         return None, f"the checkpoint's cell log cannot be read: {e}"
 
 
 def log_bytes(shell) -> bytes:
     """The kernel's cell log as the checkpoint stores it."""
-    return json.dumps(cells.install(shell).to_json(), separators=(",", ":")).encode()
+    return json.dumps(install(shell).to_json(), separators=(",", ":")).encode()
 
 
 def lost_names(report: dict, user_ns: dict) -> list[str]:
@@ -63,13 +63,13 @@ def _public(plan: dict, problem: str | None = None) -> dict:
     }
 
 
-def offer(shell, missing: list[str], older: cells.CellLog | None, problem, no_rerun_ids):
+def offer(shell, missing: list[str], older: CellLog | None, problem, no_rerun_ids):
     """Install this kernel's log (joined to the checkpoint's) and plan the ``missing`` names.
 
     Returns the report's ``rebuild`` (None when nothing is missing) and keeps what is still to
     rebuild on the shell for ``run``.
     """
-    log = cells.install(shell)
+    log = install(shell)
     if older is not None:
         log.adopt(older)
     ids = set(no_rerun_ids or ())
@@ -83,7 +83,7 @@ def _plan(shell, state: dict, names: list[str]) -> dict:
     if state["problem"] is not None:
         unbuildable = [{"name": n, "reason": state["problem"]} for n in names]
         return {"names": [], "cells": [], "seconds": 0, "unbuildable": unbuildable}
-    log = cells.install(shell)
+    log = install(shell)
     return make_plan(log, names, set(shell.user_ns), state["no_rerun_ids"])
 
 
@@ -114,7 +114,7 @@ def run(shell, names=None, confirm: bool = False, progress=None, no_rerun_ids=No
         "copy_bytes": 0,
         "seconds": 0.0,
     }
-    log = cells.install(shell)
+    log = install(shell)
     wanted = [n for n in wanted if n not in shell.user_ns]
     plan = _plan(shell, state, wanted)
     result["plan"] = _public(plan, state["problem"])

@@ -18,6 +18,7 @@ import sys
 import threading
 import types
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from typing import Any, Protocol
 
 from ..store import IntegrityError, Store
 from ..store.format import parse_iso
@@ -237,6 +238,17 @@ def _forget_damaged(memo, before: set, name: str) -> None:
         memo.forget(key, why)
 
 
+class _Resolves(Protocol):
+    """What ``_rebuild`` uses of a resolver: ``_Resolver`` below, or the test-restore's
+    placeholders (``trial._Placeholders``)."""
+
+    blobs: dict
+    bad: dict  # blob -> why it is damaged
+    damage: list[str]  # damaged blobs the object being rebuilt asked for
+
+    def __call__(self, pid: Any) -> Any: ...
+
+
 class _Resolver:
     """Turns persistent ids back into storages, arrays and the live namespace."""
 
@@ -337,7 +349,7 @@ def _out_of_gpu_memory(e: BaseException) -> bool:
     return (oom is not None and isinstance(e, oom)) or "CUDA out of memory" in str(e)
 
 
-def _rebuild(doc: dict, resolver: _Resolver, want: set | None = None):
+def _rebuild(doc: dict, resolver: _Resolves, want: set | None = None):
     """Unpickle the objects of ``doc`` in order: yields ``(object, value, error)``.
 
     Objects share one memo (a later object may refer to an earlier one), so an older
@@ -431,9 +443,10 @@ def _restore_objects(doc, blobs, user_ns, device, bad, fallbacks) -> dict:
     fallback, used = [], []
     older_ones = iter(fallbacks)  # a generator may read each one's blobs only when asked
     while failures:
-        older, older_blobs, older_bad = next(older_ones, (None, None, None))
-        if older is None:
+        entry = next(older_ones, None)
+        if entry is None:
             break
+        older, older_blobs, older_bad = entry
         used.append(older)
         names = set(failures) & {o["name"] for o in older["objects"]}
         if not names:

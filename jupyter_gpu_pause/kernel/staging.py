@@ -20,7 +20,10 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol, cast
+
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer
 
 MIB = 1024 * 1024
 BUFFER_BYTES = 32 * MIB  # a pause's pinned buffers: the part size the store hashes and writes
@@ -174,10 +177,10 @@ def download(staging: Staging, src, nbytes: int, step: int) -> Iterator[memoryvi
                 else:
                     staging.give(buf)
             while len(flight) < DEPTH and offset < nbytes:
-                buf = staging.take(wait=not flight)
-                if buf is None:
+                free = staging.take(wait=not flight)
+                if free is None:
                     break
-                start(buf)
+                start(free)
             if not flight:
                 return
             buf, event, n = flight.popleft()
@@ -268,7 +271,7 @@ class CudaCopier:
 
     def buffer(self, nbytes: int):
         t = self._torch.empty(nbytes, dtype=self._torch.uint8, pin_memory=True)
-        return t, memoryview(t.numpy())
+        return t, memoryview(cast("ReadableBuffer", t.numpy()))
 
     def empty(self, nbytes: int, device: str):
         return self._torch.empty(nbytes, dtype=self._torch.uint8, device=device)

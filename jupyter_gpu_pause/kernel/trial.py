@@ -52,6 +52,7 @@ import time
 import types
 import warnings
 from dataclasses import dataclass, field
+from typing import Literal
 
 from .capture import Plan, _describe_error, _make_plan
 from .pickling import classes_by_value_forgotten, collector_paused
@@ -161,7 +162,8 @@ class Pending:
     def __init__(self, names: list[str], done: Verdict | None = None):
         self.names = names
         self._done = done
-        self._pid = self._fd = None
+        self._pid: int | None = None  # the child and the pipe it answers on: set by start()
+        self._fd: int | None = None  # whenever no verdict is done
         self._deadline = 0.0
         self._timeout = 0.0
 
@@ -173,6 +175,7 @@ class Pending:
     def abandon(self) -> None:
         """Stop the child without waiting for its answer."""
         if self._done is None:
+            assert self._pid is not None and self._fd is not None  # no verdict: a child runs
             self._done = self._unjudged("it was abandoned")
             os.close(self._fd)
             _kill(self._pid)
@@ -181,6 +184,7 @@ class Pending:
             ).start()
 
     def _collect(self) -> Verdict:
+        assert self._pid is not None and self._fd is not None  # no verdict: a child runs
         data = None
         try:
             data = _read(self._fd, self._deadline)
@@ -271,7 +275,7 @@ def _fork(plan: Plan, user_ns: dict, hidden: dict) -> tuple[int, int]:
 
 def _read(fd: int, deadline: float) -> bytes | None:
     """Everything the child writes until it closes the pipe; None at the deadline."""
-    parts = []
+    parts: list[bytes] = []
     poller = select.poll()  # not select(): a kernel may hold more than 1 024 descriptors
     poller.register(fd, select.POLLIN | select.POLLHUP)
     while True:
@@ -327,7 +331,7 @@ def _fence(w: int) -> None:
         for sig, how in ((signal.SIGINT, signal.SIG_DFL), (signal.SIGTERM, signal.SIG_DFL)):
             signal.signal(sig, how)
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-        limits = (resource.RLIMIT_FSIZE, resource.RLIMIT_CORE)
+        limits: tuple[int, ...] = (resource.RLIMIT_FSIZE, resource.RLIMIT_CORE)
     except ValueError:  # forked from a thread that Python does not take as its main one
         limits = (resource.RLIMIT_CORE,)  # no file-size limit: it would kill, not refuse
     null = os.open(os.devnull, os.O_RDWR)
@@ -362,7 +366,7 @@ def _audit(event: str, args) -> None:
         raise Fenced(f"the test-restore does not allow {event}")
 
 
-def _fenced(e: BaseException) -> str | None:
+def _fenced(e: BaseException | None) -> str | None:
     """Why ``e`` comes from the fence, not from the object, or None."""
     seen: set = set()
     while e is not None and id(e) not in seen:
@@ -382,6 +386,7 @@ class _Placeholders:
     def __init__(self, plan: Plan, stream: bytes, user_ns: dict):
         self.plan, self.user_ns = plan, user_ns
         self.bad: dict = {}
+        self.damage: list[str] = []  # stays empty: no blob is damaged here
         self.blobs = {_PICKLE: stream}
         self._storages: dict = {}
         self._arrays: dict = {}
@@ -415,7 +420,9 @@ class _Placeholders:
                 import numpy as np
 
                 a = self.plan.refs.arrays[pid[1]]
-                order = "F" if a.flags.f_contiguous and not a.flags.c_contiguous else "C"
+                order: Literal["C", "F"] = (
+                    "F" if a.flags.f_contiguous and not a.flags.c_contiguous else "C"
+                )
                 self._arrays[pid[1]] = np.empty(a.shape, dtype=a.dtype, order=order)
             return self._arrays[pid[1]]
         raise ValueError(f"unknown persistent reference {kind!r}")
@@ -449,7 +456,8 @@ def _load(plan: Plan, user_ns: dict, hidden: dict) -> dict:
     fresh = main.__dict__
     sys.modules[main.__name__] = main  # the child's own sys.modules: the kernel keeps its own
     resolver = _Placeholders(plan, stream, fresh)
-    failed, unverified, why, kept = {}, [], None, []
+    failed: dict[str, str] = {}  # name -> why it does not restore
+    unverified, why, kept = [], None, []
     with classes_by_value_forgotten():  # a class pickled by value comes from the stream
         rebuilt = list(_rebuild(doc, resolver))
     for obj, value, error in rebuilt:

@@ -35,6 +35,7 @@ from __future__ import annotations
 import inspect
 import pickle
 import time
+from typing import Any, Protocol
 
 GROUP = "jupyter_gpu_pause.ambient"
 VERSION = 1
@@ -49,7 +50,17 @@ MAX_REASON = 300  # characters of an exception's text kept as a reason
 # notebook's cells tagged gp-no-rerun). Filled by ``Restoring``, read by our providers.
 RESUME: dict = {}
 
-_providers: list[tuple[str, object]] | None = None
+
+class Provider(Protocol):
+    """The two members every provider has (checked as it loads); the optional ones listed
+    above are read with ``getattr``."""
+
+    def capture(self) -> Any: ...
+
+    def restore(self, state: Any, /) -> dict | None: ...
+
+
+_providers: list[tuple[str, Provider]] | None = None
 _baselined = False
 # The baseline came after cells of the user's had run (a notebook run whole the moment it was
 # opened, before the server's first request): what a provider would tell by comparing with it
@@ -71,7 +82,7 @@ def _order(p) -> int:
     )
 
 
-def providers() -> list[tuple[str, object]]:
+def providers() -> list[tuple[str, Provider]]:
     """The installed providers, (name, object) in restore order; looked up once per process
     (reading the installed packages' entry points costs a few milliseconds). A provider that
     fails to load is left out here and named by ``check_only`` (``_load_problems``)."""

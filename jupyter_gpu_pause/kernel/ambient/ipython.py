@@ -232,7 +232,8 @@ class History:
             for k, v in shell.user_ns.items()
             if isinstance(k, str) and not k.startswith("_") and k not in ("In", "Out")
         }
-        outs, total, too_big = {}, 0, []
+        outs: dict[int, tuple[str, str | bytes]] = {}  # n -> ("name", name) or ("value", pickle)
+        total, too_big = 0, []
         for n, value in list(hm.output_hist.items()):
             if id(value) in names:
                 outs[n] = ("name", names[id(value)])

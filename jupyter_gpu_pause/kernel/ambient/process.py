@@ -14,6 +14,7 @@ import random
 import sys
 import threading
 import warnings
+from typing import cast
 
 from ..finish import live_children
 from . import RANDOM_LAST
@@ -65,7 +66,7 @@ def _own_banner_draws() -> None:
         finally:
             random.setstate(state)
 
-    pick_tip._keeps_random = True
+    pick_tip._keeps_random = True  # type: ignore[attr-defined]  # a mark on a function object
     interactiveshell.pick_tip = pick_tip
 
 
@@ -218,8 +219,8 @@ class Warnings:
         return list(warnings.filters)
 
     def restore(self, state) -> None:
-        warnings.filters[:] = state
-        warnings._filters_mutated()
+        cast(list, warnings.filters)[:] = state  # a list, typed as a Sequence
+        warnings._filters_mutated()  # type: ignore[attr-defined]  # private: not in typeshed
 
 
 class WorkingFolder:

@@ -35,6 +35,7 @@ from traitlets.config import LoggingConfigurable
 
 from ...kernel import capability
 from ...kernel.api import GATEWAY_KEY_VARIABLE, GATEWAY_URL_VARIABLE
+from ...kernel.protocol import GPU, NoArgs, Request
 from ..capacity.probes import GpuUsage
 from ..state.errors import AgentFailed, KernelDied, WrongState
 from .bridge import WATCH_INTERVAL, KernelBridge, _parent
@@ -178,7 +179,7 @@ class GatewayBridge(KernelBridge):
     async def _ask_gpu(self, kernel_id: str) -> None:
         loop = asyncio.get_running_loop()
         try:
-            report = await self.run_agent(kernel_id, "gpu", {})
+            report = await self.run_agent(kernel_id, GPU, NoArgs())
             usage = GpuUsage(
                 devices=[str(d)[:80] for d in report.get("devices", [])][:16],
                 memory_bytes=max(0, int(report.get("memory_bytes") or 0)),
@@ -246,7 +247,7 @@ class GatewayBridge(KernelBridge):
         return sessions
 
     # -- running the agent -------------------------------------------------------------------
-    async def _open_client(self, kernel_id: str, request: dict):
+    async def _open_client(self, kernel_id: str, request: Request):
         client = GatewayChannels(kernel_id, request)
         try:
             await client.start_channels()

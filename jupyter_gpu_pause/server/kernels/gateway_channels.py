@@ -16,9 +16,9 @@ from jupyter_client.session import Session as MessageFactory
 from jupyter_server.gateway.gateway_client import GatewayClient
 from jupyter_server.utils import url_escape, url_path_join
 from tornado.httpclient import HTTPRequest
-from tornado.websocket import websocket_connect
+from tornado.websocket import WebSocketClientConnection, websocket_connect
 
-from ...kernel.agent import REQUEST_KEY
+from ...kernel.protocol import REQUEST_KEY, Request
 from .bridge import WATCH_INTERVAL, _parent
 
 # Largest websocket message read from the gateway (tornado's default is 10 MiB): a resume
@@ -36,12 +36,15 @@ class GatewayChannels:
     socket. ``lost`` says why the kernel can no longer answer, once it cannot.
     """
 
-    def __init__(self, kernel_id: str, agent_request: dict | None = None):
+    def __init__(self, kernel_id: str, agent_request: Request | None = None):
         self.kernel_id = kernel_id
-        self.agent_request = agent_request or {}
+        self.agent_request: Request | dict = agent_request or {}
         self.session = MessageFactory()  # builds headers; the gateway signs for the kernel
-        self._queues = {"shell": asyncio.Queue(), "iopub": asyncio.Queue()}
-        self._ws = None
+        self._queues: dict[str, asyncio.Queue[dict]] = {
+            "shell": asyncio.Queue(),
+            "iopub": asyncio.Queue(),
+        }
+        self._ws: WebSocketClientConnection | None = None
         self._reader: asyncio.Task | None = None
         self.lost: str | None = None  # the connection failed or closed
         self.died: str | None = None  # the gateway reported the kernel process gone
@@ -53,12 +56,12 @@ class GatewayChannels:
         )
         request = HTTPRequest(url, **gc.load_connection_args())
         self._ws = await websocket_connect(request, max_message_size=MAX_WS_MESSAGE)
-        self._reader = asyncio.ensure_future(self._read())
+        self._reader = asyncio.ensure_future(self._read(self._ws))
 
-    async def _read(self) -> None:
+    async def _read(self, ws: WebSocketClientConnection) -> None:
         try:
             while True:
-                raw = await self._ws.read_message()
+                raw = await ws.read_message()
                 if raw is None:
                     self.lost = "the gateway closed the kernel's connection"
                     return
@@ -78,6 +81,8 @@ class GatewayChannels:
             self.lost = f"the connection to the gateway failed ({type(e).__name__}: {e})"
 
     def _send(self, msg: dict) -> str:
+        if self._ws is None:
+            raise RuntimeError(f"the channels of kernel {self.kernel_id} are not started")
         self._ws.write_message(json.dumps({**msg, "channel": "shell"}, default=json_default))
         return msg["header"]["msg_id"]
 

@@ -1,12 +1,22 @@
 """What the server accepts of the agent's replies beyond the checkpoint itself (checked by
 ``store.schema``): the dry run's report, the restore report (with its ambient state) and the
-rebuild plans. The kernel runs user code, so a
-reply is read only through these checks, and only the fields the session and the UI rely on
-pass, trimmed.
+rebuild plans. The kernel runs user code, so a reply is read only through these checks, and only
+the fields the session and the UI rely on pass, trimmed: what passes has the shape
+``kernel/protocol.py`` declares.
 """
 
 from __future__ import annotations
 
+from typing import Any, TypeGuard, cast
+
+from ...kernel.protocol import (
+    AmbientPlan,
+    AmbientRestored,
+    CheckReply,
+    RebuildOffer,
+    RestoreReply,
+    Unverified,
+)
 from ..state.errors import AgentFailed, GpuPauseError
 
 MAX_CODE = 200  # characters of a cell's first line kept in the session and events
@@ -24,14 +34,18 @@ def _text(x) -> bool:
     return x is None or isinstance(x, str)
 
 
-def pairs(items, second: str) -> bool:
+def _names(items: Any) -> TypeGuard[list[str]]:
+    return isinstance(items, list) and all(isinstance(x, str) for x in items)
+
+
+def pairs(items: Any, second: str) -> TypeGuard[list[dict[str, Any]]]:
     return isinstance(items, list) and all(
         isinstance(i, dict) and isinstance(i.get("name"), str) and isinstance(i.get(second), str)
         for i in items
     )
 
 
-def unverified_of(raw) -> dict | None:
+def unverified_of(raw: Any) -> Unverified | None:
     """The agent's ``unverified`` ({"reason", "names"}: saved, but its test-restore could not
     judge them, ``kernel/trial.py``) if well formed, with short texts; else None."""
     if not isinstance(raw, dict):
@@ -44,7 +58,7 @@ def unverified_of(raw) -> dict | None:
     return {"reason": reason[:500], "names": [n[:200] for n in names]}
 
 
-def ambient_of(raw) -> dict | None:
+def ambient_of(raw: Any) -> AmbientPlan | None:
     """The agent's ``ambient`` ({"carried": [names], "not_carried": [{"name", "reason"}]}: what
     of the process around the namespace a pause carries, and what cannot travel) if well
     formed, with short texts; else None."""
@@ -61,7 +75,7 @@ def ambient_of(raw) -> dict | None:
     }
 
 
-def check_report(report: dict) -> dict:
+def check_report(report: Any) -> CheckReply:
     """The agent's dry-run report as the REST answer, if it has the expected shape."""
     objects, skipped, size = report.get("objects"), report.get("skipped"), report.get("bytes")
     error, registered = report.get("error"), report.get("registered", [])
@@ -95,7 +109,7 @@ def check_report(report: dict) -> dict:
     }
 
 
-def check_offer(offer) -> dict | None:
+def check_offer(offer: Any) -> RebuildOffer | None:
     """A ``rebuild`` plan from the agent, trimmed, or None when it is not one: the server keeps
     and shows it, so only the fields of DESIGN §12 (plus ``unbuildable``, ``text``,
     ``problem``) pass."""
@@ -134,7 +148,7 @@ def check_offer(offer) -> dict | None:
     }
 
 
-def read_result(result) -> tuple[dict | None, dict]:
+def read_result(result: Any) -> tuple[RebuildOffer | None, RebuildOffer]:
     """(what is still to rebuild, the plan that ran) of a rebuild result from the kernel."""
     if not isinstance(result, dict):
         result = {}
@@ -155,15 +169,13 @@ def _device_targets(devices) -> bool:
     )
 
 
-def check_ambient(raw) -> dict | None:
+def check_ambient(raw: Any) -> AmbientRestored | None:
     """The restore report's ``ambient`` ({"restored", "rerun", "not_restored", "text"}),
     trimmed; None when it is not one."""
     if not isinstance(raw, dict):
         return None
     restored, rerun, text = raw.get("restored"), raw.get("rerun"), raw.get("text")
-    if not all(
-        isinstance(x, list) and all(isinstance(n, str) for n in x) for x in (restored, rerun)
-    ):
+    if not (_names(restored) and _names(rerun)):
         return None
     if not (pairs(raw.get("not_restored"), "reason") and _text(text)):
         return None
@@ -180,7 +192,7 @@ def check_ambient(raw) -> dict | None:
     }
 
 
-def check_restore_report(report: dict) -> dict:
+def check_restore_report(report: dict[str, Any]) -> RestoreReply:
     """The agent's restore report, if it has the shape the session and the UI rely on."""
 
     def names(items) -> bool:
@@ -219,4 +231,4 @@ def check_restore_report(report: dict) -> dict:
         raise AgentFailed(
             "the kernel's agent sent a restore report the server cannot read", "bad-agent-reply"
         )
-    return report
+    return cast(RestoreReply, report)

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from ... import __version__
+from ...version import __version__
 
 T = TypeVar("T")
 # ``transaction(fn)``: ``fn(db)`` in one transaction holding the database's write lock

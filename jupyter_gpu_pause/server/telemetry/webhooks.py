@@ -32,7 +32,7 @@ from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 from traitlets import Float, Int, TraitError, validate
 from traitlets.config import LoggingConfigurable
 
-from ... import __version__
+from ...version import __version__
 from ..state.bus import lifecycle_payload
 from ..state.model import Session
 from ..state.records import Delivery, Records
@@ -173,6 +173,14 @@ class WebhookSender(LoggingConfigurable):
         self._starting: asyncio.Task | None = None
         self._closing = False
 
+    @property
+    def _outbox(self) -> Records:
+        """The records that hold the outbox (a sender built without them only checks its
+        settings, and never records or starts)."""
+        if self.records is None:
+            raise RuntimeError("this WebhookSender has no records: it only checks settings")
+        return self.records
+
     # -- recording: the event and its deliveries, in one transaction ---------------------------
     async def record(self, event: dict, s: Session) -> None:
         """Write ``event`` to the records with one outbox row per URL, in one transaction, then
@@ -183,7 +191,7 @@ class WebhookSender(LoggingConfigurable):
         except Exception:  # a bug here costs the webhooks this event, never the records
             self.log.exception("jupyter_gpu_pause: no webhook for the %s event", event["type"])
             rows = []
-        for d in await self.records.add_event(event, rows, self.queue_size):
+        for d in await self._outbox.add_event(event, rows, self.queue_size):
             self._dropped(d, "the outbox is full")
         if self._closing:
             if rows:
@@ -237,7 +245,7 @@ class WebhookSender(LoggingConfigurable):
 
     async def _start(self) -> None:
         try:
-            stale, over = await self.records.outbox_prune(
+            stale, over = await self._outbox.outbox_prune(
                 [t.key for t in self.targets], self.queue_size
             )
         except Exception:
@@ -264,18 +272,17 @@ class WebhookSender(LoggingConfigurable):
         while not t.gone:
             t.wake.clear()  # before the read: an event written after it sets it again
             try:
-                d = await self.records.outbox_head(t.key)
+                d = await self._outbox.outbox_head(t.key)
             except Exception:
                 self.log.exception("jupyter_gpu_pause: could not read the webhook outbox")
                 if self._closing:
                     return
                 await self._nap(t, OUTBOX_RETRY)
                 continue
-            wait = None if d is None else d.next_attempt - time.time()
-            if wait is None or wait > 0:
+            if d is None or d.next_attempt > time.time():
                 if self._closing:
                     return  # nothing due before the stop: the rest waits for the next start
-                await self._nap(t, wait)
+                await self._nap(t, None if d is None else d.next_attempt - time.time())
                 continue
             t.sending = d
             try:
@@ -300,12 +307,12 @@ class WebhookSender(LoggingConfigurable):
         last attempt; else the row with one more attempt and the time of the next."""
         code, why = await self._post(t.url, d)
         if 200 <= code < 300:
-            await self.records.outbox_done(d.seq)
+            await self._outbox.outbox_done(d.seq)
             t.counts["ok"] += 1
             self._count("ok")
         elif code == 410:
             t.gone = True
-            unsent = await self.records.outbox_clear(t.key) - 1
+            unsent = await self._outbox.outbox_clear(t.key) - 1
             t.counts["gone"] += 1
             self._count("gone")
             t.counts["dropped"] += max(unsent, 0)
@@ -318,7 +325,7 @@ class WebhookSender(LoggingConfigurable):
                 max(unsent, 0),
             )
         elif d.attempts + 1 >= self.max_attempts:
-            await self.records.outbox_done(d.seq)
+            await self._outbox.outbox_done(d.seq)
             t.counts["failed"] += 1
             self._count("failed")
             self.log.warning(
@@ -332,7 +339,7 @@ class WebhookSender(LoggingConfigurable):
             )
         else:
             retry_at = time.time() + self._backoff(d.attempts + 1)
-            await self.records.outbox_retry(d.seq, d.attempts + 1, retry_at)
+            await self._outbox.outbox_retry(d.seq, d.attempts + 1, retry_at)
             t.counts["retries"] += 1
             self.log.debug(
                 "jupyter_gpu_pause: webhook %s, %s %s, attempt %d: %s",
