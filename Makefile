@@ -36,6 +36,7 @@ lab: install
 lint: install
 	$(VENV)/bin/ruff check $(PY_SOURCES)
 	$(VENV)/bin/ruff format --check $(PY_SOURCES)
+	$(VENV)/bin/mypy
 	cd labextension && $(JLPM) lint:check
 
 # Two workers: the suite mostly waits on kernels and servers (0.7 of a core on average alone),

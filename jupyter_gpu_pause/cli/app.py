@@ -71,7 +71,8 @@ jupyter gpu-pause verify /srv/gpu-pause/store
 
     def initialize(self, argv=None):
         try:
-            JupyterApp.initialize.__wrapped__(self, argv)
+            # skips catch_config_error, as Command.initialize does (see there)
+            JupyterApp.initialize.__wrapped__(self, argv)  # type: ignore[attr-defined]
         except (TraitError, ArgumentError) as e:
             Output().error(f"{e}; see: jupyter gpu-pause --help")
             self.exit(USAGE)

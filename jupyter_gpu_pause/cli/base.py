@@ -4,6 +4,7 @@ turning every outcome into an exit code and one line on stderr (never a tracebac
 from __future__ import annotations
 
 from argparse import ArgumentError
+from typing import overload
 
 from jupyter_core.application import JupyterApp, base_aliases, base_flags
 from traitlets import Bool, TraitError, Unicode
@@ -65,7 +66,9 @@ class Command(JupyterApp):
     def initialize(self, argv=None):
         """Parse the command line; a bad option is a usage error (exit 2), said in one line."""
         try:
-            JupyterApp.initialize.__wrapped__(self, argv)
+            # catch_config_error's functools.wraps keeps the plain method; traitlets types
+            # the decorated one as the same callable, without __wrapped__
+            JupyterApp.initialize.__wrapped__(self, argv)  # type: ignore[attr-defined]
         except (TraitError, ArgumentError) as e:
             Output().error(f"{e}; see: jupyter gpu-pause {self.subcommand_name} --help")
             self.exit(USAGE)
@@ -91,8 +94,15 @@ class Command(JupyterApp):
         raise NotImplementedError
 
     # -- helpers for subcommands -------------------------------------------------------------
-    def positional(self, least: int, most: int | None = None) -> list[str]:
-        """The positional arguments, ``least`` to ``most`` of them; CliError(2) otherwise."""
+    @overload
+    def positional(self, least: int) -> list[str]: ...
+
+    @overload
+    def positional(self, least: int, most: int) -> list[str | None]: ...
+
+    def positional(self, least: int, most: int | None = None) -> list[str] | list[str | None]:
+        """The positional arguments, ``least`` to ``most`` of them (None for each one not
+        given); CliError(2) otherwise."""
         most = least if most is None else most
         got = list(self.extra_args)
         if not least <= len(got) <= most:

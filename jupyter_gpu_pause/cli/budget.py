@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from ..client.types import Budget
 from ..store.format import parse_iso
 from .base import Command
 from .errors import USAGE, CliError
@@ -22,7 +23,7 @@ def _hours(text: str) -> float:
     return hours
 
 
-def _when(row: dict) -> str:
+def _when(row: Budget) -> str:
     """When GPU resumes come back (a held budget) or the period renews (a calendar one)."""
     text = row.get("retry_at") or (
         None if row["period"].startswith("rolling") else row["period_end"]
@@ -54,23 +55,22 @@ class BudgetCommand(Command):
             doc = client.budget()
             if out.json:
                 return out.document(doc)
-            return self._show(out, doc)
+            return self._show(out, doc.get("budgets") or [], doc.get("configured", True))
         if action == "grant":
             row = client.grant_budget(given[0], _hours(given[1]))
         else:
             row = client.reset_budget(given[0])
         if out.json:
             return out.document({"budget": row})
-        self._show(out, {"budgets": [row]})
+        self._show(out, [row])
         return None
 
     @staticmethod
-    def _show(out: Output, doc: dict) -> None:
-        rows = doc.get("budgets") or []
+    def _show(out: Output, rows: list[Budget], configured: bool = True) -> None:
         if not rows:
             out.note(
                 "no GPU-hour budget applies"
-                if doc.get("configured", True)
+                if configured
                 else "no GPU-hour budget is configured on this server"
             )
             return

@@ -18,6 +18,7 @@ from rich.progress import (
 
 from ..client import GpuPauseClient, OperationFailed
 from ..client.states import going
+from ..client.types import Session
 from ..units import size_text
 from .errors import INTERRUPTED, CliError
 from .output import Output
@@ -25,10 +26,10 @@ from .output import Output
 POLL = 0.5  # seconds between two looks at the session
 
 
-def stage(s: dict) -> str:
+def stage(s: Session) -> str:
     """Where the operation is, in words: the state, its phase, the queue position."""
     p = s.get("progress") or {}
-    text = s["state"]
+    text: str = s["state"]
     if p.get("phase"):
         text += f": {p['phase']}"
     if s["state"] == "waiting":
@@ -38,7 +39,7 @@ def stage(s: dict) -> str:
     return text
 
 
-def follow(client: GpuPauseClient, session: dict, kind: str, out: Output) -> dict:
+def follow(client: GpuPauseClient, session: Session, kind: str, out: Output) -> Session:
     """Follow ``kind`` ("pause" or "resume") to its end through ``client.follow``: the final
     Session. One that ended otherwise than asked is printed first with ``--json``, then
     ends the command (OperationFailed, exit 1)."""
@@ -60,10 +61,10 @@ def follow(client: GpuPauseClient, session: dict, kind: str, out: Output) -> dic
         ) from None
 
 
-def _with_lines(client, session, kind, out) -> dict:
+def _with_lines(client, session, kind, out) -> Session:
     last = None
 
-    def show(s: dict) -> None:
+    def show(s: Session) -> None:
         nonlocal last
         now = stage(s)
         if now != last and not out.json and going(kind, s):
@@ -74,7 +75,7 @@ def _with_lines(client, session, kind, out) -> dict:
     return client.follow(session, kind, progress=show)
 
 
-def _with_bar(client, session, kind, out) -> dict:
+def _with_bar(client, session, kind, out) -> Session:
     columns = (
         SpinnerColumn(),
         TextColumn("{task.description}"),
@@ -86,7 +87,7 @@ def _with_bar(client, session, kind, out) -> dict:
     with Progress(*columns, console=out.console, transient=True) as bar:
         task = bar.add_task(session["path"], total=None)
 
-        def show(s: dict) -> None:
+        def show(s: Session) -> None:
             p = s.get("progress") or {}
             bar.update(
                 task,

@@ -52,7 +52,8 @@ class _StoreCommand(Command):
         "the server.",
     )
 
-    def load_config_file(self, suppress_errors: bool = True) -> None:
+    # JupyterApp's signature, which departs from Application's (jupyter_core ignores it too)
+    def load_config_file(self, suppress_errors: bool = True) -> None:  # type: ignore[override]
         """This command's own config, and the server's (where GpuPauseApp.* settings live)."""
         JupyterApp.load_config_file(self, suppress_errors)
         try:

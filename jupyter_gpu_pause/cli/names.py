@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 
+from ..client.types import Session
 from .client import GpuPauseClient
 from .errors import NOT_FOUND, USAGE, CliError
 
@@ -24,11 +25,11 @@ def _paths(name: str, root_dir: str | None) -> set[str]:
     return out
 
 
-def describe(s: dict) -> str:
+def describe(s: Session) -> str:
     return f"{s['id']}  {s['state']:<9}  {s['path']}"
 
 
-def match(sessions: list[dict], name: str, root_dir: str | None = None) -> list[dict]:
+def match(sessions: list[Session], name: str, root_dir: str | None = None) -> list[Session]:
     """The sessions ``name`` designates by the first rule that finds any (module docstring)."""
     exact = [s for s in sessions if s["id"] == name]
     if exact:
@@ -40,7 +41,7 @@ def match(sessions: list[dict], name: str, root_dir: str | None = None) -> list[
     return [s for s in sessions if name and s["id"].startswith(name.lower())]
 
 
-def resolve(client: GpuPauseClient, name: str) -> dict:
+def resolve(client: GpuPauseClient, name: str) -> Session:
     """The one Session ``name`` designates; CliError 3 when none, 2 when several."""
     if not name:
         raise CliError("give a session: its id, the start of its id, or its notebook path", USAGE)

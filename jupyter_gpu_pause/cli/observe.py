@@ -6,6 +6,7 @@ from datetime import datetime, timedelta, timezone
 
 from traitlets import Bool, Unicode
 
+from ..client.types import Event
 from ..store.format import iso
 from ..units import size_text
 from .base import COMMON_ALIASES, COMMON_FLAGS, Command, seconds
@@ -67,7 +68,7 @@ class EventsCommand(Command):
         except KeyboardInterrupt:
             return None  # the only way to end --follow: not a failure
 
-    def _print(self, out: Output, e: dict) -> None:
+    def _print(self, out: Output, e: Event) -> None:
         if out.json:
             return out.record(e)
         detail = e.get("detail") or {}

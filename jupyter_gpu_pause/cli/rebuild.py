@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import shlex
 import time
+from collections.abc import Mapping
+from typing import Any
 
 from rich.progress import (
     BarColumn,
@@ -24,6 +26,7 @@ from rich.progress import (
 from traitlets import Bool, List, Unicode
 
 from ..client import event_key
+from ..client.types import Event, RebuildCell, RebuildPlan, Session
 from .base import COMMON_ALIASES, COMMON_FLAGS, Command
 from .client import GpuPauseClient
 from .errors import FAILED, INTERRUPTED, USAGE, CliError
@@ -37,7 +40,7 @@ OUTCOMES = ("rebuilt", "rebuild_failed")
 GRACE_POLLS = 10
 
 
-def cell_label(c: dict) -> str:
+def cell_label(c: RebuildCell) -> str:
     n = c.get("execution_count")
     return f"[{n}]" if n is not None else "[?]"
 
@@ -46,7 +49,7 @@ def _first_line(code: str) -> str:
     return next((line for line in (code or "").splitlines() if line.strip()), "").strip()
 
 
-def plan_lines(path: str, plan: dict, names: list[str] | None) -> list[str]:
+def plan_lines(path: str, plan: RebuildPlan, names: list[str] | None) -> list[str]:
     """The plan as a person checks it before it runs: what it makes, each cell with its first
     line and recorded run time, and what it cannot make, with why."""
     lines = [f"{path}: rebuild {plan.get('text') or ', '.join(plan['names'])}"]
@@ -60,11 +63,11 @@ def plan_lines(path: str, plan: dict, names: list[str] | None) -> list[str]:
     return lines
 
 
-def rebuilding(s: dict) -> bool:
+def rebuilding(s: Session) -> bool:
     return (s.get("progress") or {}).get("phase") == "rebuilding"
 
 
-def cell_stage(s: dict, cells: list[dict] | None, subset: bool) -> tuple[str, int, int]:
+def cell_stage(s: Session, cells: list[RebuildCell] | None, subset: bool) -> tuple[str, int, int]:
     """(where the rebuild is in words, cells done, cells in all; 0 when not known yet).
 
     ``cells``: the offered plan's cells, to name the running one by its number. ``subset``:
@@ -92,7 +95,7 @@ class Mark:
         self.since = events[-1]["time"] if events else None
         self.seen = {event_key(e) for e in events}
 
-    def outcome(self) -> dict | None:
+    def outcome(self) -> Event | None:
         """The first ``rebuilt`` / ``rebuild_failed`` event that is new since the mark."""
         events = self.client.events(self.since, self.session_id)
         return next(
@@ -101,7 +104,9 @@ class Mark:
         )
 
 
-def wait_outcome(client: GpuPauseClient, s: dict, mark: Mark, show) -> tuple[dict, dict | None]:
+def wait_outcome(
+    client: GpuPauseClient, s: Session, mark: Mark, show
+) -> tuple[Session, Event | None]:
     """Poll until this rebuild has ended: (the final Session, its outcome event or None).
     ``show(session)`` hears each look at the session while it rebuilds, the first being the
     server's answer to the request."""
@@ -121,8 +126,8 @@ def wait_outcome(client: GpuPauseClient, s: dict, mark: Mark, show) -> tuple[dic
 
 
 def follow(
-    client: GpuPauseClient, s: dict, mark: Mark, stage, out: Output
-) -> tuple[dict, dict | None]:
+    client: GpuPauseClient, s: Session, mark: Mark, stage, out: Output
+) -> tuple[Session, Event | None]:
     """``wait_outcome`` with a bar of cells on a terminal, else a line per cell; ``stage``:
     a session's (words, cells done, cells in all)."""
     try:
@@ -232,18 +237,18 @@ class RebuildCommand(Command):
                 return out.document({"plan": plan, "session": s, "event": None})
             out.line(f"{s['path']}: {s.get('message') or s['state']}")
             return None
-        cells = (plan or {}).get("cells")
+        cells = plan.get("cells") if plan else None
         s, event = follow(client, s, mark, lambda now: cell_stage(now, cells, bool(names)), out)
         if out.json:
             out.document({"plan": plan, "session": s, "event": event})
         return self.outcome(out, name, names, plan, s, event)
 
-    def outcome(self, out: Output, name, names, plan, s: dict, event: dict | None):
+    def outcome(self, out: Output, name, names, plan, s: Session, event: Event | None):
         """Say how it ended; exit 0 only when what was asked for is back."""
         path = s["path"]
         asked = names or (plan or {}).get("names") or []
         if event is None:  # nothing was left to do, or the server went quiet: ask the session
-            left = (s.get("restore") or {}).get("rebuild") or {}
+            left: Mapping[str, Any] = (s.get("restore") or {}).get("rebuild") or {}
             missing = set(left.get("names") or []) | {
                 u["name"] for u in left.get("unbuildable") or []
             }

@@ -6,8 +6,12 @@ the REST answer itself (``discard``, a 204 there, prints a small object of its o
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from traitlets import Bool, Unicode
 
+from ..client.types import CheckpointBrief, Session
 from ..units import age_text, count_text, size_text
 from .base import COMMON_ALIASES, COMMON_FLAGS, Command, seconds
 from .errors import USAGE, CliError
@@ -20,13 +24,13 @@ def _flag(section: str, trait: str, help_: str):
     return ({section: {trait: True}}, help_)
 
 
-def _checkpoint_text(ck: dict | None) -> str:
+def _checkpoint_text(ck: CheckpointBrief | None) -> str:
     if not ck:
         return ""
     return f"{ck['id']} ({size_text(ck.get('bytes') or 0)})"
 
 
-def _outcome(s: dict) -> str:
+def _outcome(s: Session) -> str:
     """``path: what happened`` (the server's message already names the state)."""
     return f"{s['path']}: {s.get('message') or s['state']}"
 
@@ -72,9 +76,10 @@ class ShowCommand(Command):
         s = client.session(resolve(client, name))
         if out.json:
             return out.document(s)
-        gpu = s.get("gpu") or {}
-        progress = s.get("progress") or {}
-        acc = s.get("accounting") or {}
+        # optional parts, each read field by field
+        gpu: Mapping[str, Any] = s.get("gpu") or {}
+        progress: Mapping[str, Any] = s.get("progress") or {}
+        acc: Mapping[str, Any] = s.get("accounting") or {}
         out.fields(
             [
                 ("id", s["id"]),
@@ -82,7 +87,7 @@ class ShowCommand(Command):
                 ("state", s["state"]),
                 ("message", s.get("message")),
                 ("kernel", f"{s.get('kernel_name')} {s.get('kernel_id') or '(not running)'}"),
-                ("idle", age_text(s["idle_seconds"]) if s.get("idle_seconds") is not None else ""),
+                ("idle", age_text(idle) if (idle := s.get("idle_seconds")) is not None else ""),
                 ("pause at", s.get("pause_at") and f"{s['pause_at']} (policy {s.get('policy')})"),
                 ("gpu", gpu.get("memory_bytes") and f"{size_text(gpu['memory_bytes'])} on "
                  f"{', '.join(gpu.get('devices') or []) or 'a GPU'}"),
@@ -228,8 +233,8 @@ class CheckpointsCommand(Command):
             [
                 c["id"],
                 c.get("created") or "",
-                size_text(c["bytes"]) if c.get("bytes") is not None else "",
-                size_text(c["new_bytes"]) if c.get("new_bytes") is not None else "",
+                size_text(n) if (n := c.get("bytes")) is not None else "",
+                size_text(new) if (new := c.get("new_bytes")) is not None else "",
                 count_text(len(c.get("objects") or []), "object"),
                 len(c.get("skipped") or []),
                 "yes" if c.get("valid") else f"NO: {c.get('problem') or 'invalid'}",

@@ -9,12 +9,16 @@ import asyncio
 import os
 import socket
 import uuid
+from dataclasses import dataclass
 
 from jupyter_server.extension.application import ExtensionApp
+from jupyter_server.serverapp import ServerApp
 from traitlets import TraitError
 
+from ..store.io import Store
 from ..store.keyfile import KeyFileError
-from .budgets import BudgetError, Budgets, parse_budgets
+from ..store.retention import Retention
+from .budgets import BudgetError, BudgetRule, Budgets, parse_budgets
 from .capacity import (
     CapacityQueue,
     FolderQueue,
@@ -42,7 +46,7 @@ from .lifecycle.lifecycle import Lifecycle
 from .lifecycle.operations import PauseSettings
 from .monitor.activity import ActivityTracker
 from .monitor.monitor import Monitor
-from .monitor.policy import PolicyError, parse_policies
+from .monitor.policy import Policy, PolicyError, parse_policies
 from .state.bus import EventBus
 from .state.checkpoints import Checkpoints
 from .state.migrations import NewerSchema
@@ -51,12 +55,24 @@ from .suspend.suspender import Suspender
 from .suspend.tier import decide as decide_tier
 from .telemetry.metrics import attach as attach_metrics
 from .telemetry.webhooks import WebhookSender, signing_key
-from .web.handlers import handlers
 from .web.idempotency import IdempotencyKeys
+from .web.routes import handlers
 
 # Classes with settings of their own (c.QuotaCapacity.max_sessions…), checked at start too.
-_CONFIGURED = (QuotaCapacity, NvmlCapacity, CapacityQueue, FolderQueue, PostgresQueue)
-_CONFIGURED += (StoreMaintenance, WebhookSender, GatewayKernels)
+_CONFIGURED: tuple[type, ...] = (QuotaCapacity, NvmlCapacity, CapacityQueue, FolderQueue)
+_CONFIGURED += (PostgresQueue, StoreMaintenance, WebhookSender, GatewayKernels)
+
+
+@dataclass(frozen=True)
+class CheckedConfig:
+    """What the configuration check found, which the services are built from."""
+
+    policies: list[Policy]
+    budget_rules: list[BudgetRule]
+    store: Store
+    retention: Retention
+    queue_where: str  # the queue's folder or PostgreSQL URL
+    hub: HubServer | None  # when stop_server_when_paused is set
 
 
 class GpuPauseApp(ExtensionApp, GpuPauseSettings):
@@ -66,19 +82,31 @@ class GpuPauseApp(ExtensionApp, GpuPauseSettings):
     load_other_extensions = True
 
     # The services, built by initialize_settings; None until then (or if building failed).
-    lifecycle = None
-    maintenance = None
-    monitor = None
-    records = None
-    webhooks = None  # WebhookSender, with the records
-    hub_stop = None  # hub.StopWhenPaused, its listener, when stop_server_when_paused is set
-    emergency = None  # EmergencyCheckpoint, once the records are loaded
-    preemption = None  # PreemptionPoller, when preemption_notice_url is set
-    _store = _policies = _retention = _queue_where = None  # what the configuration check found
-    _budget_rules = None
-    _hub_groups = None  # the task asking JupyterHub for the user's groups
-    budget_service = None  # budgets.Budgets, when budgets are configured
-    _hub = None  # hub.HubServer, when stop_server_when_paused is set
+    lifecycle: Lifecycle | None = None
+    maintenance: StoreMaintenance | None = None
+    monitor: Monitor | None = None
+    records: Records | None = None
+    webhooks: WebhookSender | None = None  # with the records
+    hub_stop: StopWhenPaused | None = None  # its listener, when stop_server_when_paused is set
+    emergency: EmergencyCheckpoint | None = None  # once the records are loaded
+    preemption: PreemptionPoller | None = None  # when preemption_notice_url is set
+    _checked: CheckedConfig | None = None  # what the configuration check found
+    _hub_groups: asyncio.Future[None] | None = None  # asking JupyterHub for the user's groups
+    budget_service: Budgets | None = None  # when budgets are configured
+
+    @property
+    def _server(self) -> ServerApp:
+        """The Jupyter server this extension is linked to (before anything is built)."""
+        if self.serverapp is None:
+            raise RuntimeError("jupyter_gpu_pause is not linked to a Jupyter server")
+        return self.serverapp
+
+    @property
+    def _config_checked(self) -> CheckedConfig:
+        """What the configuration check found (it runs at link, before anything is built)."""
+        if self._checked is None:
+            raise RuntimeError("jupyter_gpu_pause's configuration was not checked")
+        return self._checked
 
     # -- configuration, checked before Jupyter serves anything ------------------------------
     def _link_jupyter_server_extension(self, serverapp):
@@ -113,17 +141,18 @@ class GpuPauseApp(ExtensionApp, GpuPauseSettings):
                 raise ConfigError(str(e)) from None
         check_sections(self.config, [type(self)])
         try:
-            self._policies = parse_policies(self.policies)
+            policies = parse_policies(self.policies)
         except PolicyError as e:
             raise ConfigError(f"GpuPauseApp.policies: {e}") from None
         try:
-            self._budget_rules = parse_budgets(self.budgets)
+            budget_rules = parse_budgets(self.budgets)
         except BudgetError as e:
             raise ConfigError(f"GpuPauseApp.budgets: {e}") from None
-        self._store, self._retention = check_storage(self)
+        store, retention = check_storage(self)
         refuse_newer_records(self.db_path)  # migrated by a newer version: NewerSchema
-        self._queue_where = check_queue_url(self.capacity_queue_url)
-        self._hub = hub_server(self.stop_server_when_paused)
+        queue_where = check_queue_url(self.capacity_queue_url)
+        hub = hub_server(self.stop_server_when_paused)
+        self._checked = CheckedConfig(policies, budget_rules, store, retention, queue_where, hub)
         # The other classes' own settings: checked by building each once, so a bad value
         # stops the server before it serves.
         check_sections(self.config, [self.capacity_provider_class, *_CONFIGURED])
@@ -131,7 +160,7 @@ class GpuPauseApp(ExtensionApp, GpuPauseSettings):
         StoreMaintenance(parent=self)
         GatewayKernels(parent=self)  # c.GatewayKernels.server_url
         WebhookSender([], None, "", "", parent=self)  # its c.WebhookSender.* values
-        self._build_queue("").close_now()
+        self._build_queue(queue_where, "").close_now()
         warn_of_a_server_token(self.log)
 
     # -- services: built in dependency order, each in one place ------------------------------
@@ -143,13 +172,12 @@ class GpuPauseApp(ExtensionApp, GpuPauseSettings):
             raise SystemExit(f"jupyter_gpu_pause could not start: {type(e).__name__}: {e}") from e
 
     def _build_services(self) -> None:
-        server, user = self.serverapp, server_user()
+        server, user, checked = self._server, server_user(), self._config_checked
         # Kernels inherit this, so gp.pause() in a notebook can reach this server; the kernel
         # proves who it is with a capability of its own (kernel/capability.py), never with a
-        # token of the server's. (Versions before 0.2 also put the token here: drop it.)
+        # token of the server's.
         os.environ["JUPYTER_GPU_PAUSE_URL"] = server.connection_url
-        os.environ.pop("JUPYTER_GPU_PAUSE_TOKEN", None)
-        self.records = Records(self.db_path)
+        self.records = records = Records(self.db_path)
         # (built with no URL too: its start drops what the outbox holds for removed URLs)
         self.webhooks = WebhookSender(
             self.webhook_urls,
@@ -168,13 +196,14 @@ class GpuPauseApp(ExtensionApp, GpuPauseSettings):
             bridge.agent_sessions,
             subscribe=getattr(bridge, "subscribe_iopub", None),  # a gateway's kernels
         )
-        self.lifecycle = self._build_lifecycle(bridge, tracker, probe, user)
-        self.maintenance = self.lifecycle.maintenance  # retention after pauses, GC intents
-        self.budget_service = self._build_budgets(probe, user)
-        self.monitor = Monitor(
-            lifecycle=self.lifecycle,
+        self.lifecycle = lifecycle = self._build_lifecycle(records, bridge, tracker, probe, user)
+        upkeep = lifecycle.maintenance  # retention after pauses, GC intents
+        self.maintenance = upkeep if isinstance(upkeep, StoreMaintenance) else None
+        self.budget_service = self._build_budgets(lifecycle, probe, user)
+        self.monitor = monitor = Monitor(
+            lifecycle=lifecycle,
             tracker=tracker,
-            policies=self._policies,
+            policies=checked.policies,
             probe=probe,
             poll_interval=self.poll_interval,
             gpu_hold_alarm_hours=self.gpu_hold_alarm_hours,
@@ -186,57 +215,62 @@ class GpuPauseApp(ExtensionApp, GpuPauseSettings):
             budget_warning_seconds=self.budget_pause_warning_seconds,
         )
         # under JupyterHub, with stop_server_when_paused: stop this server once all is paused
-        self.hub_stop = StopWhenPaused(self.lifecycle, self._hub, self.log) if self._hub else None
+        self.hub_stop = StopWhenPaused(lifecycle, checked.hub, self.log) if checked.hub else None
         # Listeners of every lifecycle event (table.listeners): metrics on /metrics, the event
         # bus, the Hub (the webhooks record theirs with each event: the lifecycle's outbox).
-        table = self.lifecycle.table
+        table = lifecycle.table
         attach_metrics(
-            table, self.monitor.ledger, self.lifecycle.capacity, self.budget_service,
+            table, monitor.ledger, lifecycle.capacity, self.budget_service,
             self.budget_metric_users,
         )  # fmt: skip
         table.listeners.append(EventBus(server.event_logger, self.log))
         if self.hub_stop is not None:
             table.listeners.append(self.hub_stop)
         self.settings.update(
-            gpu_pause=self.lifecycle,
-            gpu_pause_monitor=self.monitor,
+            gpu_pause=lifecycle,
+            gpu_pause_monitor=monitor,
             gpu_pause_maintenance=self.maintenance,
-            gpu_pause_idempotency=IdempotencyKeys(self.records),
+            gpu_pause_idempotency=IdempotencyKeys(records),
             gpu_pause_budgets=self.budget_service,
         )
 
-    def _build_budgets(self, probe, user: str) -> Budgets | None:
+    def _build_budgets(self, lifecycle: Lifecycle, probe, user: str) -> Budgets | None:
         """GPU-hour budgets, metered by this server's heartbeat in the capacity queue; a GPU
         resume over budget is refused before it starts."""
-        if not self._budget_rules:
+        rules = self._config_checked.budget_rules
+        if not rules:
             return None
         budgets = Budgets(
-            rules=self._budget_rules,
+            rules=rules,
             exempt=list(self.budget_exempt),
             admins=list(self.budget_admins),
             weights=dict(self.gpu_weights),
             user=user,
-            queue=self.lifecycle.capacity.queue,
+            queue=lifecycle.capacity.queue,
             gpu_names=lambda: {d.get("uuid"): d.get("name") for d in probe.devices()},
             log=self.log,
         )
-        self.lifecycle.capacity.meter = budgets.meter
+        lifecycle.capacity.meter = budgets.meter
+        lifecycle.resume_admission = budgets.admit  # under the lifecycle's admission lock
         return budgets
 
-    def _build_queue(self, label: str) -> CapacityQueue:
-        """The queue ``capacity_queue_url`` names: a folder's, or PostgreSQL's."""
-        cls = PostgresQueue if is_postgres_url(self._queue_where) else FolderQueue
-        return cls(self._queue_where, uuid.uuid4().hex, server_user(), label, parent=self)
+    def _build_queue(self, where: str, label: str) -> CapacityQueue:
+        """The queue ``capacity_queue_url`` names (``where``, as checked): a folder's, or
+        PostgreSQL's."""
+        cls = PostgresQueue if is_postgres_url(where) else FolderQueue
+        return cls(where, uuid.uuid4().hex, server_user(), label, parent=self)
 
-    def _build_lifecycle(self, bridge, tracker, probe, user: str) -> Lifecycle:
+    def _build_lifecycle(self, records: Records, bridge, tracker, probe, user: str) -> Lifecycle:
         """The lifecycle and its parts: capacity provider and queue, checkpoints, warm
         kernels, the store's upkeep."""
-        server = self.serverapp
+        server, checked = self._server, self._config_checked
         cls = self.capacity_provider_class
         provider = build_provider(cls, self, probe)
         for note in provider.notes():  # what NVML cannot see here (MIG, a container)
             self.log.warning("jupyter_gpu_pause: capacity provider %s: %s", provider.name, note)
-        queue = self._build_queue(f"{user}@{socket.gethostname()}:{server.port}")
+        queue = self._build_queue(
+            checked.queue_where, f"{user}@{socket.gethostname()}:{server.port}"
+        )
         driver = self.cuda_checkpoint_class(parent=self)
         tier = decide_tier(self.suspend, driver, not bridge.local_processes)
         self.log.info("jupyter_gpu_pause: pause tier '%s': %s", tier.name, tier.reason)
@@ -249,8 +283,8 @@ class GpuPauseApp(ExtensionApp, GpuPauseSettings):
             ),
             keep_suspended_seconds=self.keep_suspended_seconds,
             bridge=bridge,
-            records=self.records,
-            checkpoints=Checkpoints(self._store, self.secret_file),
+            records=records,
+            checkpoints=Checkpoints(checked.store, self.secret_file),
             provider=provider,
             queue=queue,
             gpu_kernelspecs=tuple(self.gpu_kernelspecs),
@@ -259,7 +293,7 @@ class GpuPauseApp(ExtensionApp, GpuPauseSettings):
             restore_slots=self.max_concurrent_restores,
             rescan_interval=self.store_rescan_interval,
             settings=PauseSettings(
-                store_url=self._store.url,
+                store_url=checked.store.url,
                 store_options=dict(self.store_options),
                 store_timeout=self.store_timeout,
                 owner=user,
@@ -277,7 +311,7 @@ class GpuPauseApp(ExtensionApp, GpuPauseSettings):
             outbox=self.webhooks,  # an event and its deliveries, recorded together
             warm_kernels=self.warm_kernels,
             upkeep=lambda ctx: StoreMaintenance(
-                ctx, self._store, self._retention, self.gc_grace_seconds, parent=self
+                ctx, checked.store, checked.retention, self.gc_grace_seconds, parent=self
             ),
         )
 
@@ -286,42 +320,44 @@ class GpuPauseApp(ExtensionApp, GpuPauseSettings):
 
     # -- running ----------------------------------------------------------------------------
     async def _start_jupyter_server_extension(self, serverapp):
-        if self.lifecycle is None:  # never built: the server is stopping with SystemExit
-            return
+        lifecycle, webhooks, monitor = self.lifecycle, self.webhooks, self.monitor
+        if lifecycle is None or webhooks is None or monitor is None:
+            return  # never built: the server is stopping with SystemExit
         # without a terminal, SIGINT (JupyterHub's local spawners) stops as SIGTERM does
         SigintStop.install(serverapp, self.shutdown_grace_seconds, self.log)
         try:
-            await self.lifecycle.start()
+            await lifecycle.start()
         except Exception:
             # Jupyter itself keeps serving notebooks; our API answers 503 saying why, and
             # nothing is paused automatically on records we could not read.
             self.log.critical(
                 "jupyter_gpu_pause %s; its API is unavailable and no idle policy runs until "
                 "this is fixed",
-                self.lifecycle.start_error,
+                lifecycle.start_error,
                 exc_info=True,
             )
             return
-        self.webhooks.start()  # first what the outbox kept (a previous run's events), then new
+        webhooks.start()  # first what the outbox kept (a previous run's events), then new
         if self.budget_service is not None and all(os.environ.get(k) for k in HUB_ENV):
-            self._hub_groups = asyncio.ensure_future(self._learn_hub_groups())
-        self.monitor.start()
-        self.maintenance.start()
+            self._hub_groups = asyncio.ensure_future(self._learn_hub_groups(self.budget_service))
+        monitor.start()
+        if self.maintenance is not None:
+            self.maintenance.start()
         if self.hub_stop is not None:
             self.hub_stop.start()
-        self.emergency = EmergencyCheckpoint(
-            self.lifecycle, self.shutdown_checkpoint, self.shutdown_grace_seconds, self.log
+        self.emergency = emergency = EmergencyCheckpoint(
+            lifecycle, self.shutdown_checkpoint, self.shutdown_grace_seconds, self.log
         )
         if self.preemption_notice_url:
             self.preemption = PreemptionPoller(
                 self.preemption_notice_url,
                 self.preemption_poll_seconds,
-                lambda _notice: self.emergency.run("preemption", bounded=False),
+                lambda _notice: emergency.run("preemption", bounded=False),
                 self.log,
             )
             self.preemption.start()
 
-    async def _learn_hub_groups(self) -> None:
+    async def _learn_hub_groups(self, budgets: Budgets) -> None:
         """Budgets may match JupyterHub groups: ask the Hub for the user's (the server's token
         needs ``read:users:groups!user``; without it, only Unix groups count)."""
         client = HubClient(HubServer.from_env())
@@ -338,7 +374,7 @@ class GpuPauseApp(ExtensionApp, GpuPauseSettings):
                 "Unix groups only (add 'read:users:groups!user' to c.Spawner.server_token_scopes)"
             )
             return
-        self.budget_service.add_groups(groups)
+        budgets.add_groups(groups)
 
     async def stop_extension(self):
         """Stop what was built, tolerating what never was: stopping must always finish, or

@@ -9,13 +9,23 @@ costs a kernel ~0.15 s, which a pause or resume on a local store should not pay
 from __future__ import annotations
 
 import io
+from typing import TYPE_CHECKING
 
 READ = 256 * 1024  # most bytes one read of a Body returns, and one write of it sends
 
-try:  # s3fs always brings aiohttp (through aiobotocore); a plain file object without it
+if TYPE_CHECKING:
+    from aiohttp.abc import AbstractStreamWriter
     from aiohttp.payload import Payload as _Payload
-except ImportError:  # pragma: no cover
-    _Payload = object
+
+    _HAVE_AIOHTTP = True
+else:
+    try:  # s3fs always brings aiohttp (through aiobotocore); a plain file object without it
+        from aiohttp.payload import Payload as _Payload
+
+        _HAVE_AIOHTTP = True
+    except ImportError:  # pragma: no cover
+        _Payload = object
+        _HAVE_AIOHTTP = False
 
 
 class Body(_Payload):
@@ -32,8 +42,8 @@ class Body(_Payload):
     for 1 MiB reads.
     """
 
-    def __init__(self, view: memoryview):
-        if _Payload is not object:
+    def __init__(self, view: memoryview) -> None:
+        if _HAVE_AIOHTTP:
             super().__init__(view, content_type="application/octet-stream")
         self._view = view
         self._pos = 0
@@ -49,7 +59,7 @@ class Body(_Payload):
     def seekable(self) -> bool:
         return True
 
-    def read(self, n: int = -1) -> bytes:
+    def read(self, n: int | None = -1) -> bytes:
         n = READ if n is None or n < 0 else min(n, READ)
         data = bytes(self._view[self._pos : self._pos + n])
         self._pos += len(data)
@@ -67,10 +77,12 @@ class Body(_Payload):
     def decode(self, encoding: str = "utf-8", errors: str = "strict") -> str:
         return bytes(self._view).decode(encoding, errors)
 
-    async def write(self, writer) -> None:
+    async def write(self, writer: AbstractStreamWriter) -> None:
         await self.write_with_length(writer, None)
 
-    async def write_with_length(self, writer, content_length: int | None) -> None:
+    async def write_with_length(
+        self, writer: AbstractStreamWriter, content_length: int | None
+    ) -> None:
         end = self._view.nbytes if content_length is None else min(content_length, len(self))
         for off in range(0, end, READ):
             await writer.write(self._view[off : min(off + READ, end)])

@@ -19,7 +19,8 @@ import concurrent.futures
 import errno
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from typing import Any, Protocol, TypeVar
 
 ATTEMPTS = 3  # tries of one request before it fails
 BACKOFF = (1.0, 2.0)  # seconds slept before the 2nd and the 3rd try (times 0.5-1, jitter)
@@ -45,6 +46,8 @@ _RETRY_ERRNO = frozenset(
 )
 _FINAL = (FileNotFoundError, FileExistsError, PermissionError, IsADirectoryError)
 
+T = TypeVar("T")
+
 
 def call_bound(timeout: float) -> float:
     """Seconds one request may take in all, retries and backoff included."""
@@ -54,7 +57,7 @@ def call_bound(timeout: float) -> float:
 class AttemptTimeout(TimeoutError):
     """One attempt got no complete answer within ``store_timeout``."""
 
-    def __init__(self, timeout: float):
+    def __init__(self, timeout: float) -> None:
         super().__init__(f"no answer within {timeout:g} s")
 
 
@@ -62,7 +65,13 @@ class Stalled(TimeoutError):
     """Work on the store made no progress for longer than any request may take."""
 
 
-def _client_error(exc: BaseException):
+class _ClientError(Protocol):
+    """botocore's ClientError, as far as it is read here (botocore has no types)."""
+
+    response: dict[str, Any]
+
+
+def _client_error(exc: BaseException) -> _ClientError | None:
     """The botocore ClientError behind ``exc`` (s3fs translates them into OSError)."""
     for e in (exc, exc.__cause__):
         if e is not None and hasattr(e, "response") and isinstance(e.response, dict):
@@ -122,8 +131,11 @@ def describe(exc: BaseException) -> str:
 
 
 async def attempts(
-    request: Callable[[], Awaitable], timeout: float, tries: int = ATTEMPTS, backoff=BACKOFF
-):
+    request: Callable[[], Awaitable[T]],
+    timeout: float,
+    tries: int = ATTEMPTS,
+    backoff: Sequence[float] = BACKOFF,
+) -> T:
     """Run ``request()`` until it succeeds, each try cut at ``timeout`` seconds.
 
     Raises the last error once the tries are spent or at the first final one (a missing
@@ -144,12 +156,12 @@ async def attempts(
 
 def run(
     loop: asyncio.AbstractEventLoop,
-    coro: Awaitable,
+    coro: Coroutine[Any, Any, T],
     *,
     stalled: float,
     progress: Callable[[], object] | None = None,
-    on_poll: Callable[[], None] | None = None,
-):
+    on_poll: Callable[[], object] | None = None,
+) -> T:
     """Run ``coro`` on ``loop`` (fsspec's I/O thread) and wait here for its result.
 
     fsspec's ``sync`` does this too, but leaves the coroutine running when the waiting thread
@@ -160,7 +172,8 @@ def run(
     """
     future = asyncio.run_coroutine_threadsafe(coro, loop)
     try:
-        seen, since = None, time.monotonic()
+        seen: object = None
+        since = time.monotonic()
         while True:
             done, _ = concurrent.futures.wait([future], timeout=POLL)
             if done:

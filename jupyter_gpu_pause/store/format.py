@@ -10,6 +10,7 @@ import re
 import secrets
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import Any, overload
 
 from .integrity import check_blob_hash
 from .schema import ManifestError, check_content, check_environment
@@ -21,6 +22,12 @@ _SESSION_RE = re.compile(r"^[0-9a-zA-Z_-]{1,64}\Z")
 
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
+
+
+@overload
+def iso(dt: datetime) -> str: ...
+@overload
+def iso(dt: None) -> None: ...
 
 
 def iso(dt: datetime | None) -> str | None:
@@ -87,25 +94,26 @@ def session_dir(session_id: str) -> str:
 class Manifest:
     """A parsed manifest; ``doc`` is the signed JSON document as stored."""
 
-    doc: dict
+    doc: dict[str, Any]
 
     @property
     def id(self) -> str:
-        return self.doc["checkpoint_id"]
+        return str(self.doc["checkpoint_id"])
 
     @property
     def session_id(self) -> str:
-        return self.doc["session_id"]
+        return str(self.doc["session_id"])
 
     @property
-    def blobs(self) -> dict:
-        return self.doc["blobs"]
+    def blobs(self) -> dict[str, dict[str, Any]]:
+        blobs: dict[str, dict[str, Any]] = self.doc["blobs"]
+        return blobs
 
     @property
     def total_bytes(self) -> int:
         return int(self.doc["totals"]["bytes"])
 
-    def summary(self, valid: bool | None = None) -> dict:
+    def summary(self, valid: bool | None = None) -> dict[str, Any]:
         """The Checkpoint object of the REST API."""
         return {
             "id": self.id,
@@ -125,10 +133,10 @@ def build_manifest(
     session_id: str,
     checkpoint_id: str,
     parent: str | None,
-    kernel: dict,
-    origin: dict,
-    capture: dict,
-) -> dict:
+    kernel: dict[str, Any],
+    origin: dict[str, Any],
+    capture: dict[str, Any],
+) -> dict[str, Any]:
     """Assemble the unsigned manifest from what the agent reported after writing its blobs.
 
     Raises ManifestError when the report breaks a rule (``schema``): nothing unchecked is signed.
@@ -162,7 +170,7 @@ def build_manifest(
     }
 
 
-def parse_manifest(doc: dict) -> Manifest:
+def parse_manifest(doc: dict[str, Any]) -> Manifest:
     """Check a manifest (after its signature was verified); ManifestError names what is wrong."""
     if doc.get("format") != FORMAT:
         raise ManifestError(f"unknown checkpoint format {doc.get('format')!r}, expected {FORMAT}")

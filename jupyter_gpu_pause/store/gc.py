@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from .io import Store, StoreError
 from .lease import (
@@ -25,6 +26,7 @@ from .lease import (
     CLOCK,
     DEFAULT_LEASE,
     RESOLUTION,
+    Lease,
     acquire,
     release,
     store_now,
@@ -66,7 +68,7 @@ class GcReport:
     complete: bool = True
     note: str | None = None
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -75,7 +77,7 @@ class _Look:
     already read (manifests and intents never change once written, so a second look reads
     only what is new)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.refs: set[str] = set()
         self.seen: set[str] = set()
         self.unreadable: list[str] = []
@@ -137,7 +139,14 @@ def gc(
     return report
 
 
-def _collect(store, dry_run, grace, now, lease, step) -> GcReport:
+def _collect(
+    store: Store,
+    dry_run: bool,
+    grace: float,
+    now: float,
+    lease: Lease | None,
+    step: Callable[[str], None],
+) -> GcReport:
     report = GcReport(dry_run=dry_run)
     intent_ttl = max(grace, INTENT_TTL_FLOOR)
     blobs, strays = blob_objects(store)
@@ -185,11 +194,14 @@ def _old_markers(store: Store, now: float) -> list[Obj]:
     return old + [o for o in list_objects(store, CLOCK) if now - o.mtime > DEFAULT_LEASE]
 
 
-def _delete(store: Store, objs: list[Obj], dry_run: bool, lease, report: GcReport) -> list[Obj]:
+def _delete(
+    store: Store, objs: list[Obj], dry_run: bool, lease: Lease | None, report: GcReport
+) -> list[Obj]:
     """Delete ``objs`` in batches while the lease allows; returns those deleted (or, for a
     dry run, that would be)."""
     if dry_run:
         return objs
+    assert lease is not None, "only a dry run goes without the lock"
     done: list[Obj] = []
     for i in range(0, len(objs), _BATCH):
         if not lease.may_delete():

@@ -12,8 +12,19 @@ import hashlib
 import hmac
 import json
 import re
+from typing import TYPE_CHECKING, Any, cast
 
 import xxhash
+
+if TYPE_CHECKING:
+    from typing import TypeAlias
+
+    import numpy as np
+    from _typeshed import ReadableBuffer
+
+    # Bytes in memory: any object with the buffer protocol. numpy's stubs give ndarray that
+    # protocol only for Python >= 3.12, so arrays are named too.
+    BytesLike: TypeAlias = ReadableBuffer | np.ndarray[Any, Any]
 
 HASH_RE = re.compile(r"^[0-9a-f]{32}\Z")
 
@@ -26,32 +37,32 @@ class IntegrityError(Exception):
         self.check = check
 
 
-def check_blob_hash(h) -> str:
+def check_blob_hash(h: object) -> str:
     """``h`` if it is an xxh3-128 hex digest, else ValueError (a hash names a store path)."""
     if not isinstance(h, str) or not HASH_RE.match(h):
         raise ValueError(f"{h!r} is not a blob hash (32 lowercase hex digits)")
     return h
 
 
-def blob_hash(data) -> str:
+def blob_hash(data: BytesLike) -> str:
     """xxh3-128 hex digest of a bytes-like object (no copy for memoryviews and buffers)."""
-    return xxhash.xxh3_128_hexdigest(data)
+    return xxhash.xxh3_128_hexdigest(cast("ReadableBuffer", data))
 
 
 class StreamingHash:
     """Incremental xxh3-128 for data read in chunks."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._h = xxhash.xxh3_128()
 
-    def update(self, data) -> None:
+    def update(self, data: ReadableBuffer) -> None:
         self._h.update(data)
 
     def hexdigest(self) -> str:
         return self._h.hexdigest()
 
 
-def canonical_json(doc: dict) -> bytes:
+def canonical_json(doc: dict[str, Any]) -> bytes:
     """The exact bytes a signature covers: sorted keys, no whitespace, UTF-8."""
     return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
@@ -62,16 +73,16 @@ class Signer:
     def __init__(self, key: bytes):
         self._key = key
 
-    def signature(self, doc: dict) -> str:
+    def signature(self, doc: dict[str, Any]) -> str:
         body = {k: v for k, v in doc.items() if k != "signature"}
         return hmac.new(self._key, canonical_json(body), hashlib.sha256).hexdigest()
 
-    def sign(self, doc: dict) -> dict:
+    def sign(self, doc: dict[str, Any]) -> dict[str, Any]:
         signed = dict(doc)
         signed["signature"] = self.signature(doc)
         return signed
 
-    def verify(self, doc: dict) -> None:
+    def verify(self, doc: dict[str, Any]) -> None:
         """Raise IntegrityError unless the manifest's signature matches its content."""
         sig = doc.get("signature")
         if not isinstance(sig, str):

@@ -17,7 +17,9 @@ from __future__ import annotations
 import contextlib
 import json
 import posixpath
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Coroutine
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import fsspec
 
@@ -25,14 +27,20 @@ from . import local
 from .bounded import ATTEMPTS, POLL, attempts, call_bound, describe, retryable, run
 from .format import blob_path, is_checkpoint_id, is_session_id, manifest_path, session_dir
 from .integrity import IntegrityError, StreamingHash, blob_hash
-from .sources import as_source
+from .sources import Source, as_source
 from .transfer import PART, PartMismatch, S3Transfer, SizeMismatch, ranges
-from .writes import LocalWrites, SerialWrites
+from .writes import LocalWrites, Sent, SerialWrites
+
+if TYPE_CHECKING:
+    from _typeshed import WriteableBuffer
+
+    from .integrity import BytesLike
 
 S3_PROTOCOLS = ("s3", "s3a")
+T = TypeVar("T")
 
 
-def _manifest_id(entry: dict) -> str | None:
+def _manifest_id(entry: dict[str, Any]) -> str | None:
     """The checkpoint id a listing entry is the manifest of, or None (a stray file, a folder)."""
     name = posixpath.basename(entry["name"].rstrip("/"))
     if entry.get("type") != "file" or not name.endswith(".json"):
@@ -45,7 +53,7 @@ class StoreError(Exception):
     """The store could not be read or written; the message says which path and why."""
 
 
-def s3_options(options: dict, timeout: float) -> dict:
+def s3_options(options: dict[str, Any], timeout: float) -> dict[str, Any]:
     """s3fs options with botocore's limits derived from ``timeout``.
 
     botocore's connect and read timeouts default to ``timeout`` and its own retries are off
@@ -67,7 +75,9 @@ def s3_options(options: dict, timeout: float) -> dict:
 class Store:
     """One checkpoint store: a local folder or any fsspec URL (``s3://bucket/prefix``)."""
 
-    def __init__(self, url: str, options: dict | None = None, timeout: float = 30.0):
+    def __init__(
+        self, url: str, options: dict[str, Any] | None = None, timeout: float = 30.0
+    ) -> None:
         self.url = str(url)
         self.timeout = float(timeout)  # seconds per request attempt (GpuPauseApp.store_timeout)
         self.bound = call_bound(self.timeout)  # seconds one request may take, retries included
@@ -81,7 +91,7 @@ class Store:
             self.fs.protocol if isinstance(self.fs.protocol, tuple) else (self.fs.protocol,)
         )
         self.remote_async = not self.local and bool(getattr(self.fs, "async_impl", False))
-        self._s3 = None
+        self._s3: S3Transfer | None = None
         if self.protocol in S3_PROTOCOLS and hasattr(self.fs, "_call_s3"):
             self.fs.retries = 1  # one try per s3fs call: our attempts retry, each one bounded
             self._s3 = S3Transfer(self.fs, self.timeout)
@@ -103,12 +113,20 @@ class Store:
         return StoreError(f"could not {what} {self._shown(path)}: {reason}")
 
     # -- bounded remote calls ------------------------------------------------------------------
-    def _run(self, what: str, path: str, coro, limit: float | None = None, on_poll=None):
+    def _run(
+        self,
+        what: str,
+        path: str,
+        coro: Coroutine[Any, Any, T],
+        limit: float | None = None,
+        on_poll: Callable[[], object] | None = None,
+    ) -> T:
         """Wait for ``coro`` on fsspec's loop; FileNotFoundError passes, the rest is a
         StoreError. The wait gives up once nothing has moved for longer than a request may
         take (``limit`` per attempt): S3 transfers count every piece they move."""
         stalled = call_bound(limit or self.timeout) + 2 * POLL
-        progress = (lambda: self._s3.ticks) if self._s3 is not None else None
+        s3 = self._s3
+        progress = (lambda: s3.ticks) if s3 is not None else None
         try:
             return run(self.fs.loop, coro, stalled=stalled, progress=progress, on_poll=on_poll)
         except (FileNotFoundError, IntegrityError, StoreError, SizeMismatch, PartMismatch):
@@ -116,7 +134,9 @@ class Store:
         except Exception as e:
             raise self._wrap(what, path, e) from e
 
-    def call(self, what: str, path: str, op: str, *args, timeout: float | None = None, **kw):
+    def call(
+        self, what: str, path: str, op: str, *args: Any, timeout: float | None = None, **kw: Any
+    ) -> Any:
         """Run ``fs.<op>(*args, **kw)`` as one bounded store request, for any code that needs
         an fsspec operation the methods below do not offer (GC's listings, its lease objects).
 
@@ -148,16 +168,17 @@ class Store:
     def blob_sizes(self, hashes: list[str]) -> dict[str, int | None]:
         """Sizes of stored blobs (None: not there), asked for all at once on S3."""
         paths = {h: self._p(blob_path(h)) for h in hashes}
-        if self._s3 is not None and paths:
+        s3 = self._s3
+        if s3 is not None and paths:
 
-            async def sizes():
+            async def sizes() -> list[int | None]:
                 from .transfer import all_or_nothing
 
-                return await all_or_nothing(self._s3.size(p) for p in paths.values())
+                return await all_or_nothing(s3.size(p) for p in paths.values())
 
             first = next(iter(paths.values()))
             return dict(zip(paths, self._run("stat", first, sizes()), strict=True))
-        out = {}
+        out: dict[str, int | None] = {}
         for h, path in paths.items():
             try:
                 out[h] = local.size(path) if self.local else self._info_size(path)
@@ -173,7 +194,7 @@ class Store:
         self.fs.invalidate_cache(path)
         return int(self.call("stat", path, "info", path)["size"])
 
-    def put_blob(self, data, h: str | None = None) -> tuple[str, bool]:
+    def put_blob(self, data: BytesLike, h: str | None = None) -> tuple[str, bool]:
         """Store bytes under their hash; returns (hash, written). Existing blobs are reused."""
         h = h or blob_hash(data)
         path = self._p(blob_path(h))
@@ -186,7 +207,9 @@ class Store:
         self.write_blobs([(h, src)])
         return h, True
 
-    def write_blobs(self, items: list, verify: bool = False, sent=None) -> None:
+    def write_blobs(
+        self, items: list[tuple[str, Source]], verify: bool = False, sent: Sent | None = None
+    ) -> None:
         """Write blobs ``[(hash, source)]`` the store does not have, and with ``verify`` read
         each one back and check it before returning.
 
@@ -200,14 +223,14 @@ class Store:
         if not items:
             return
         if self._s3 is not None:
-            return self._write_s3(items, verify, sent)
+            return self._write_s3(self._s3, items, verify, sent)
         if self.local:
             with LocalWrites(self, verify) as writes:
                 writes.add(items)
                 writes.wait(sent)
             return
         checks = ThreadPoolExecutor(max_workers=1) if verify else None
-        pending = []
+        pending: list[Future[None]] = []
         done = 0
         try:
             for h, src in items:
@@ -234,10 +257,10 @@ class Store:
                 self.call("delete", path, "rm_file", path)
             raise
 
-    async def _drop_bad_s3(self, path: str) -> None:
+    async def _drop_bad_s3(self, s3: S3Transfer, path: str) -> None:
         """An S3 object that failed its read-back, deleted (best effort; see _verify_or_drop)."""
         with contextlib.suppress(Exception):
-            await self._s3.request("delete_object", **self._s3._where(path))
+            await s3.request("delete_object", **s3._where(path))
 
     def writes(self, verify: bool, staged: bool = False) -> LocalWrites | SerialWrites:
         """Blob writes that go on while the caller hashes the next ones: on a local disk
@@ -248,27 +271,29 @@ class Store:
             return LocalWrites(self, verify, staged=staged)
         return SerialWrites(self, verify)
 
-    def _put_whole(self, rel: str, src) -> None:
+    def _put_whole(self, rel: str, src: Source) -> None:
         """A generic remote store: the blob in one request (its one copy in memory)."""
         path = self._p(rel)
         data = bytes(src.chunk(0, src.nbytes))
         self.call("write", path, "pipe_file", path, data, timeout=self._limit(len(data)))
 
-    def _write_s3(self, items: list, verify: bool, sent) -> None:
+    def _write_s3(
+        self, s3: S3Transfer, items: list[tuple[str, Source]], verify: bool, sent: Sent | None
+    ) -> None:
         count = [0]
 
         def add(n: int) -> None:
             count[0] += n  # on the loop thread only
 
-        async def one(h, src):
+        async def one(h: str, src: Source) -> None:
             path = self._p(blob_path(h))
             try:
-                await self._s3.put(path, src, add)
+                await s3.put(path, src, add)
                 if verify:
                     try:
-                        await self._s3.check(path, src)
+                        await s3.check(path, src)
                     except (SizeMismatch, PartMismatch, FileNotFoundError):
-                        await self._drop_bad_s3(path)
+                        await self._drop_bad_s3(s3, path)
                         raise
             except SizeMismatch as e:
                 raise IntegrityError(f"blob {h} was written but {e}", "blob-size") from e
@@ -283,7 +308,7 @@ class Store:
             except Exception as e:
                 raise self._wrap("write", path, e) from e
 
-        async def every():
+        async def every() -> None:
             from .transfer import all_or_nothing
 
             await all_or_nothing(one(h, src) for h, src in items)
@@ -293,7 +318,7 @@ class Store:
         if sent:
             sent(count[0])
 
-    def write_manifest(self, doc: dict) -> bytes:
+    def write_manifest(self, doc: dict[str, Any]) -> bytes:
         """Write a signed manifest; the last write of a checkpoint, after all of its blobs.
         Returns the bytes written, for the read-back to compare.
 
@@ -311,7 +336,7 @@ class Store:
         return data
 
     # -- reading -----------------------------------------------------------------------------
-    def read_blob_into(self, h: str, out) -> None:
+    def read_blob_into(self, h: str, out: WriteableBuffer) -> None:
         """Read blob ``h`` into the writable buffer ``out`` (its exact size) and check its hash.
 
         Raises IntegrityError when the size or the content hash differs from the name.
@@ -339,7 +364,7 @@ class Store:
         if digest != h:
             raise IntegrityError(f"blob {h} does not match its checksum", "blob-hash")
 
-    def prefetch(self, hashes: list[str], budget: int, stop) -> int:
+    def prefetch(self, hashes: list[str], budget: int, stop: Callable[[], bool]) -> int:
         """Bring blobs of a local store into the page cache ahead of a restore, in order,
         until ``budget`` bytes or ``stop()``; returns the bytes read. A remote store has no
         cache of ours to warm (its reads are already parallel ranged GETs): 0. Best effort:
@@ -416,7 +441,7 @@ class Store:
         except Exception as e:
             raise self._wrap("read", path, e) from e
 
-    def read_manifest(self, session_id: str, checkpoint_id: str) -> dict:
+    def read_manifest(self, session_id: str, checkpoint_id: str) -> dict[str, Any]:
         raw = self.read_manifest_bytes(session_id, checkpoint_id)
         try:
             doc = json.loads(raw)
@@ -428,11 +453,12 @@ class Store:
             raise IntegrityError(f"the manifest of {checkpoint_id} is not an object", "manifest")
         return doc
 
-    def _ls(self, path: str) -> list[dict]:
+    def _ls(self, path: str) -> list[dict[str, Any]]:
         """A fresh listing (never fsspec's cache: another server may have written since)."""
         if not self.local:
             self.fs.invalidate_cache(path)
-        return self.call("list", path, "ls", path, detail=True)
+        entries: list[dict[str, Any]] = self.call("list", path, "ls", path, detail=True)
+        return entries
 
     def list_checkpoints(self, session_id: str) -> list[str]:
         """Checkpoint ids of a session with a manifest, oldest first.

@@ -25,7 +25,7 @@ class KeyFileError(Exception):
 MIN_KEY_BYTES = 16
 
 
-def load_secret(path: str | os.PathLike) -> bytes | None:
+def load_secret(path: str | os.PathLike[str]) -> bytes | None:
     """The HMAC key in ``path``, or None when the file does not exist.
 
     Refuses a key that others could read (group or world bits set): whoever reads the key can
@@ -57,7 +57,7 @@ def load_secret(path: str | os.PathLike) -> bytes | None:
     return key
 
 
-def create_secret(path: str | os.PathLike) -> bytes:
+def create_secret(path: str | os.PathLike[str]) -> bytes:
     """Create the HMAC key (32 random bytes as hex, mode 0600) unless it exists; return the key.
 
     The key is written in full to a private temporary file (``secure_write``) and then linked

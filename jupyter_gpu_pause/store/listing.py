@@ -13,6 +13,7 @@ import os
 import posixpath
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from .format import is_checkpoint_id
 from .integrity import HASH_RE
@@ -34,7 +35,7 @@ class Obj:
     mtime: float  # seconds since the epoch, by the store's clock
 
 
-def mtime_of(info: dict, path: str) -> float:
+def mtime_of(info: dict[str, Any], path: str) -> float:
     """The store's modification time of a listing entry, in seconds since the epoch."""
     for key in _TIME_KEYS:
         value = info.get(key)
@@ -146,11 +147,11 @@ def read_json(store: Store, objs: list[Obj]) -> dict[str, object]:
     return out
 
 
-def referenced(doc) -> set[str]:
+def referenced(doc: object) -> set[str]:
     """Every blob hash a manifest names (its ``blobs`` table and each reference into it)."""
     if not isinstance(doc, dict):
         return set()
-    found = set()
+    found: set[object] = set()
     blobs = doc.get("blobs")
     if isinstance(blobs, dict):
         found.update(blobs)

@@ -10,8 +10,11 @@ it answers or it errs.
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import secrets
+import threading
+from collections.abc import Callable, Iterable
 
 from .integrity import IntegrityError, StreamingHash
 from .private import private_makedirs
@@ -39,7 +42,7 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def fsync_dirs(paths) -> None:
+def fsync_dirs(paths: Iterable[str]) -> None:
     """``fsync_dir`` of each folder, the deepest first."""
     for d in sorted(set(paths), key=lambda p: (-p.count(os.sep), p)):
         fsync_dir(d)
@@ -49,7 +52,13 @@ def size(path: str) -> int:
     return os.stat(path).st_size
 
 
-def write_file(path: str, src: Source, stop=None, wrote=None, check=None) -> set[str]:
+def write_file(
+    path: str,
+    src: Source,
+    stop: threading.Event | None = None,
+    wrote: Callable[[int], object] | None = None,
+    check: Callable[[str], object] | None = None,
+) -> set[str]:
     """Write ``src`` to ``path`` through a temporary file, fsync'd, then renamed: ``path`` holds
     all of it or does not exist. Returns the folders whose entries changed (``path``'s, and the
     parent of any folder made for it): the rename is durable once they are fsync'd
@@ -124,13 +133,17 @@ class BlobReader:
     any other failure into the store's error.
     """
 
-    def __init__(self, path: str, h: str, nbytes: int, wrap):
+    def __init__(
+        self, path: str, h: str, nbytes: int, wrap: Callable[[Exception], Exception]
+    ) -> None:
         self.h, self.nbytes, self._wrap = h, nbytes, wrap
         self._hasher = StreamingHash()
         self._pos = 0
-        self._f = None
         try:
-            self._f = open(path, "rb", buffering=0)
+            self._f: io.FileIO = open(path, "rb", buffering=0)
+        except Exception as e:
+            raise self._error(e) from e
+        try:
             size = os.fstat(self._f.fileno()).st_size
         except Exception as e:
             self.close()
@@ -174,8 +187,7 @@ class BlobReader:
             raise IntegrityError(f"blob {self.h} does not match its checksum", "blob-hash")
 
     def close(self) -> None:
-        if self._f is not None:
-            self._f.close()
+        self._f.close()
 
 
 def digest(path: str) -> tuple[int, str]:
@@ -191,7 +203,7 @@ def digest(path: str) -> tuple[int, str]:
     return total, hasher.hexdigest()
 
 
-def warm(path: str, stop, budget: int) -> int:
+def warm(path: str, stop: Callable[[], bool], budget: int) -> int:
     """Read a file into the page cache, one small reused buffer at a time, until ``stop()``
     or ``budget`` bytes (overshooting by one buffer at most).
 

@@ -12,9 +12,10 @@ sessions, blobs shared between checkpoints) be tested as a table.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 from ..units import size_text
 
@@ -29,7 +30,7 @@ class Retention:
     max_total_bytes: int = 0
     max_store_bytes: int = 0
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
@@ -37,7 +38,7 @@ DEFAULT_RETENTION = Retention().as_dict()
 _WHOLE = {"keep_last", "max_total_bytes", "max_store_bytes"}
 
 
-def parse_retention(raw) -> Retention:
+def parse_retention(raw: object) -> Retention:
     """The rules of ``raw`` (missing keys take their defaults); ValueError names a bad key."""
     if not isinstance(raw, dict):
         raise ValueError(f"must be a dict of rules, not {raw!r}")
@@ -48,7 +49,7 @@ def parse_retention(raw) -> Retention:
             f"unknown key(s) {', '.join(map(repr, unknown))}; the rules are "
             f"{', '.join(sorted(known))}"
         )
-    values = {}
+    values: dict[str, Any] = {}
     for key, value in raw.items():
         whole = key in _WHOLE
         ok = isinstance(value, int) if whole else isinstance(value, (int, float))
@@ -108,9 +109,9 @@ def plan_deletions(
     rules: Retention,
     entries: Iterable[Entry],
     *,
-    owned: set[str],
-    paused: set[str],
-    pinned: set[tuple[str, str]] = frozenset(),
+    owned: Set[str],
+    paused: Set[str],
+    pinned: Set[tuple[str, str]] = frozenset(),
     now: datetime,
 ) -> list[Deletion]:
     """Which manifests the rules delete, oldest first within each rule.
@@ -154,7 +155,13 @@ def plan_deletions(
 class _Plan:
     """The deletions decided so far, and which entries may still be deleted."""
 
-    def __init__(self, entries, owned, paused, pinned):
+    def __init__(
+        self,
+        entries: Iterable[Entry],
+        owned: Set[str],
+        paused: Set[str],
+        pinned: Set[tuple[str, str]],
+    ) -> None:
         self.every = sorted(entries, key=lambda e: (e.created, e.checkpoint_id))
         self.by_session: dict[str, list[Entry]] = {}
         for e in self.every:
@@ -201,7 +208,7 @@ def _key(e: Entry) -> tuple[str, str]:
 class _Usage:
     """Distinct blob bytes of a set of entries, kept up to date as entries leave it."""
 
-    def __init__(self, entries: Iterable[Entry]):
+    def __init__(self, entries: Iterable[Entry]) -> None:
         self.refs: dict[str, int] = {}
         self.sizes: dict[str, int] = {}
         for e in entries:

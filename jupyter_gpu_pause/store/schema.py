@@ -10,6 +10,8 @@ signed manifest is read, so a checkpoint that predates them is held to the same 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from typing import Any, NoReturn
 
 from .integrity import HASH_RE
 
@@ -26,17 +28,17 @@ class ManifestError(ValueError):
     """A capture report or a manifest breaks a rule; the message names the field."""
 
 
-def _fail(where: str, why: str) -> None:
+def _fail(where: str, why: str) -> NoReturn:
     raise ManifestError(f"{where} {why}")
 
 
-def _count(value, where: str) -> int:
+def _count(value: object, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         _fail(where, f"must be a whole number of bytes >= 0, not {value!r}")
     return value
 
 
-def is_variable_name(name) -> bool:
+def is_variable_name(name: object) -> bool:
     """A name the notebook namespace can hold as a variable (Unicode identifiers included)."""
     return isinstance(name, str) and name.isidentifier()
 
@@ -45,7 +47,11 @@ def _is_module_name(name: str) -> bool:
     return all(part.isidentifier() for part in name.split("."))
 
 
-def _text(value, where: str, pattern=None) -> str:
+def _text(
+    value: object,
+    where: str,
+    pattern: re.Pattern[str] | Callable[[str], bool] | None = None,
+) -> str:
     """A text of bounded length; ``pattern`` is a compiled regex or a predicate."""
     if not isinstance(value, str) or len(value) > MAX_TEXT:
         _fail(where, f"must be a text of at most {MAX_TEXT} characters, not {value!r:.80}")
@@ -55,20 +61,20 @@ def _text(value, where: str, pattern=None) -> str:
     return value
 
 
-def _list(value, where: str) -> list:
+def _list(value: object, where: str) -> list[Any]:
     if not isinstance(value, list) or len(value) > MAX_ITEMS:
         _fail(where, "must be a list")
     return value
 
 
-def _dict(value, where: str) -> dict:
+def _dict(value: object, where: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         _fail(where, "must be an object")
     return value
 
 
-def _blobs(raw) -> dict:
-    blobs = _dict(raw, "blobs")
+def _blobs(raw: object) -> dict[str, dict[str, Any]]:
+    blobs: dict[str, dict[str, Any]] = _dict(raw, "blobs")
     for h, meta in blobs.items():
         if not isinstance(h, str) or not HASH_RE.match(h):
             _fail("blobs", f"names {h!r:.80}, which is not a blob hash")
@@ -84,15 +90,15 @@ def _blobs(raw) -> dict:
     return blobs
 
 
-def _ref(h, blobs: dict, where: str, used: set) -> dict:
+def _ref(h: object, blobs: dict[str, dict[str, Any]], where: str, used: set[str]) -> dict[str, Any]:
     if not isinstance(h, str) or h not in blobs:
         _fail(where, f"refers to blob {h!r:.80}, which the manifest does not list")
     used.add(h)
     return blobs[h]
 
 
-def _objects(raw, stream_bytes: int) -> None:
-    names = set()
+def _objects(raw: object, stream_bytes: int) -> None:
+    names: set[str] = set()
     for i, o in enumerate(_list(raw, "objects")):
         where = f"object #{i + 1}"
         _dict(o, where)
@@ -117,18 +123,18 @@ def _objects(raw, stream_bytes: int) -> None:
             _fail(where, f"({name}) lies outside the pickle stream of {stream_bytes} bytes")
 
 
-def _skipped(raw, where: str = "skipped") -> None:
+def _skipped(raw: object, where: str = "skipped") -> None:
     for i, x in enumerate(_list(raw, where)):
         _dict(x, f"{where} #{i + 1}")
         _text(x.get("name"), f"{where} #{i + 1} name")
         _text(x.get("reason"), f"{where} #{i + 1} reason")
 
 
-def check_content(doc: dict) -> None:
+def check_content(doc: dict[str, Any]) -> None:
     """The rules shared by a capture report and a manifest: blobs, references, objects."""
     _dict(doc, "the capture report")
     blobs = _blobs(doc.get("blobs"))
-    used: set = set()
+    used: set[str] = set()
     for i, st in enumerate(_list(doc.get("storages"), "storages")):
         where = f"storage #{i + 1}"
         _dict(st, where)
@@ -174,7 +180,7 @@ def check_content(doc: dict) -> None:
         _text(name, "registered name", is_variable_name)
 
 
-def check_environment(kernel, origin) -> None:
+def check_environment(kernel: object, origin: object) -> None:
     """What the manifest records about the kernel and its machine: flat texts only."""
     for part, values in (("kernel", kernel), ("origin", origin)):
         for key, value in _dict(values, part).items():
@@ -183,7 +189,7 @@ def check_environment(kernel, origin) -> None:
                 _text(value, f"{part} {key}")
 
 
-def check_capture(report: dict) -> None:
+def check_capture(report: dict[str, Any]) -> None:
     """A capture report from the agent, before the server uses it: its counts and environment.
     Its content (blobs, references, objects) is checked once, by ``build_manifest``, before
     anything is signed."""

@@ -11,11 +11,17 @@ reused pinned buffers instead (``kernel/staging.py``).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import threading
+from collections.abc import Generator
 from contextlib import closing
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol, cast
 
 from .integrity import StreamingHash, blob_hash
+
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer
+
+    from .integrity import BytesLike
 
 HASH_CHUNK = 64 * 1024 * 1024  # bytes a chunked source is hashed in
 
@@ -34,8 +40,9 @@ class Source(Protocol):
 class BufferSource:
     """A source over any C-contiguous buffer, read in place."""
 
-    def __init__(self, data):
-        self.view = memoryview(data).cast("B")  # TypeError for a buffer not in one run
+    def __init__(self, data: BytesLike) -> None:
+        # TypeError for a buffer not in one run
+        self.view = memoryview(cast("ReadableBuffer", data)).cast("B")
         self.nbytes = self.view.nbytes
 
     def chunk(self, offset: int, n: int) -> memoryview:
@@ -45,12 +52,14 @@ class BufferSource:
         return blob_hash(self.view)
 
 
-def as_source(data) -> Source:
+def as_source(data: Source | BytesLike) -> Source:
     """``data`` itself when it already is a source, else a BufferSource over it."""
-    return data if hasattr(data, "chunk") and hasattr(data, "nbytes") else BufferSource(data)
+    if hasattr(data, "chunk") and hasattr(data, "nbytes"):
+        return cast(Source, data)  # these two attributes are all a Source is
+    return BufferSource(data)
 
 
-def chunks(src: Source, step: int) -> Iterator[memoryview]:
+def chunks(src: Source, step: int) -> Generator[memoryview, None, None]:
     """The bytes of ``src`` in order, in parts of at most ``step`` bytes.
 
     A part is valid only until the next one is asked for: a source with a ``stream(step)`` of
@@ -59,11 +68,12 @@ def chunks(src: Source, step: int) -> Iterator[memoryview]:
     """
     stream = getattr(src, "stream", None)
     if stream is not None:
-        return stream(step)
+        parts: Generator[memoryview, None, None] = stream(step)
+        return parts
     return (src.chunk(off, min(step, src.nbytes - off)) for off in range(0, src.nbytes, step))
 
 
-def source_hash(src: Source, stop=None) -> str:
+def source_hash(src: Source, stop: threading.Event | None = None) -> str:
     """The blob name of a source: in one call over memory, else part by part. ``stop`` (a
     ``threading.Event``), once set, ends a hash part by part at its next part with Stopped."""
     if isinstance(src, BufferSource):

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, TypedDict, TypeVar
 
 from .bounded import attempts
 from .integrity import StreamingHash, blob_hash
@@ -29,15 +30,25 @@ MAX_SPAN = 64 * MIB  # largest ranged GET (a blob is read in about one GET per s
 STREAM = 256 * 1024  # most bytes taken from a response body at a time (see body.READ)
 WINDOW = 4  # parts a sequential digest fetches ahead (memory: WINDOW * PART)
 
-_background: set = set()  # aborts still running; asyncio keeps only weak references to tasks
+T = TypeVar("T")
+
+# aborts still running; asyncio keeps only weak references to tasks
+_background: set[asyncio.Task[None]] = set()
 
 
 class SizeMismatch(Exception):
     """The stored object does not have the expected size."""
 
-    def __init__(self, size: int):
+    def __init__(self, size: int) -> None:
         super().__init__(f"the store holds {size} bytes")
         self.size = size
+
+
+class Where(TypedDict):
+    """An S3 object's address, as every request about it names it."""
+
+    Bucket: str
+    Key: str
 
 
 class PartMismatch(Exception):
@@ -65,7 +76,7 @@ def ranges(nbytes: int, step: int) -> list[tuple[int, int]]:
     return [(off, min(step, nbytes - off)) for off in range(0, nbytes, step)]
 
 
-async def all_or_nothing(coros: Iterable[Awaitable]) -> list:
+async def all_or_nothing(coros: Iterable[Awaitable[T]]) -> list[T]:
     """Run coroutines together; at the first failure cancel the others and raise it.
 
     ``asyncio.gather`` would let the others run on after one failed, holding slots and
@@ -79,8 +90,9 @@ async def all_or_nothing(coros: Iterable[Awaitable]) -> list:
         while pending:
             done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_EXCEPTION)
             for t in done:
-                if not t.cancelled() and t.exception() is not None:
-                    raise t.exception()
+                error = None if t.cancelled() else t.exception()
+                if error is not None:
+                    raise error
         return [t.result() for t in tasks]
     finally:
         for t in tasks:
@@ -90,8 +102,8 @@ async def all_or_nothing(coros: Iterable[Awaitable]) -> list:
 class S3Transfer:
     """Transfers of one Store over one s3fs filesystem (whose own retries are turned off)."""
 
-    def __init__(self, fs, timeout: float):
-        self.fs = fs
+    def __init__(self, fs: Any, timeout: float) -> None:
+        self.fs = fs  # an s3fs S3FileSystem (untyped)
         self.timeout = timeout
         self.width = max(1, int(getattr(fs, "max_concurrency", 10) or 10))
         self.slots = asyncio.Semaphore(self.width)
@@ -101,17 +113,19 @@ class S3Transfer:
         """The hard limit of one GET attempt: ``timeout`` per PART it carries."""
         return self.timeout * max(1, -(-nbytes // PART))
 
-    def _where(self, path: str) -> dict:
+    def _where(self, path: str) -> Where:
         bucket, key, _ = self.fs.split_path(path)
         return {"Bucket": bucket, "Key": key}
 
-    async def request(self, method: str, body: Callable[[], memoryview] | None = None, **kw):
+    async def request(
+        self, method: str, body: Callable[[], memoryview] | None = None, **kw: Any
+    ) -> Any:
         """One S3 request with its attempts, holding a slot; ``body`` makes the payload anew
         for each attempt (a device source copies its part to host memory only then)."""
 
         from .body import Body  # aiohttp, only once something is sent (see body.py)
 
-        async def once():
+        async def once() -> Any:
             extra = {"Body": Body(body())} if body is not None else {}
             return await self.fs._call_s3(method, **kw, **extra)
 
@@ -140,7 +154,7 @@ class S3Transfer:
         uid = upload["UploadId"]
         try:
 
-            async def part(number: int, off: int, size: int) -> dict:
+            async def part(number: int, off: int, size: int) -> dict[str, Any]:
                 out = await self.request(
                     "upload_part",
                     body=lambda: src.chunk(off, size),
@@ -164,10 +178,10 @@ class S3Transfer:
             self._abort_later(where, uid)
             raise
 
-    def _abort_later(self, where: dict, uid: str) -> None:
+    def _abort_later(self, where: Where, uid: str) -> None:
         """Abort an upload in the background: best effort, bounded, never waited for."""
 
-        async def abort():
+        async def abort() -> None:
             with contextlib.suppress(Exception):
                 await attempts(
                     lambda: self.fs._call_s3("abort_multipart_upload", UploadId=uid, **where),
@@ -179,7 +193,9 @@ class S3Transfer:
         task.add_done_callback(_background.discard)
 
     # -- download --------------------------------------------------------------------------------
-    async def _stream(self, where: dict, off: int, n: int, sink: Callable[[int, bytes], None]):
+    async def _stream(
+        self, where: Where, off: int, n: int, sink: Callable[[int, bytes], None]
+    ) -> None:
         """One ranged GET, handing each piece of the body to ``sink(offset, piece)``."""
         resp = await self.fs._call_s3("get_object", Range=f"bytes={off}-{off + n - 1}", **where)
         body = resp["Body"]
@@ -197,7 +213,7 @@ class S3Transfer:
         finally:
             body.close()
 
-    async def _checked_size(self, path: str, expected: int) -> dict:
+    async def _checked_size(self, path: str, expected: int) -> Where:
         size = await self.size(path)
         if size is None:
             raise FileNotFoundError(path)

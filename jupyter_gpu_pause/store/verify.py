@@ -8,11 +8,12 @@ others. It reads; it never changes the store.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from .format import parse_manifest
 from .integrity import IntegrityError, Signer
 from .io import Store
-from .listing import blob_objects, manifest_objects, read_json
+from .listing import Obj, blob_objects, manifest_objects, read_json
 
 
 @dataclass
@@ -44,7 +45,7 @@ class VerifyReport:
     def failed(self) -> list[CheckpointCheck]:
         return [c for c in self.checkpoints if not c.ok]
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {
             "ok": self.ok,
             "deep": self.deep,
@@ -91,7 +92,14 @@ def verify(store: Store, signer_or_key: Signer | bytes, *, deep: bool = True) ->
     return VerifyReport(out, len(hashed), deep)
 
 
-def _blob_problem(store, blobs, hashed, h: str, size: int, deep: bool) -> str | None:
+def _blob_problem(
+    store: Store,
+    blobs: dict[str, Obj],
+    hashed: dict[str, str | None],
+    h: str,
+    size: int,
+    deep: bool,
+) -> str | None:
     if h not in hashed:
         found = blobs.get(h)
         if found is None:

@@ -26,13 +26,23 @@ its blobs and their parts in parallel.
 from __future__ import annotations
 
 import threading
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_for
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from . import local
 from .format import blob_path
 from .integrity import IntegrityError
-from .sources import Stopped
+from .sources import Source, Stopped
+
+if TYPE_CHECKING:
+    from .io import Store
+
+P = ParamSpec("P")
+T = TypeVar("T")
+Sent = Callable[[int], object]  # hears of the bytes written so far
 
 # Blobs written at once on a local disk. Two already overlap one blob's fsync with the next
 # one's copy into the page cache; four keep the disk busy while one writer re-reads (verify)
@@ -55,15 +65,15 @@ class Threads(ThreadPoolExecutor):
     nothing, and one that started before is counted and waited for.
     """
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._busy = 0
         self._idle = threading.Condition()
 
-    def submit(self, fn, /, *args, **kwargs):
+    def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Future[T]:
         return super().submit(self._counted, fn, *args, **kwargs)
 
-    def _counted(self, fn, *args, **kwargs):
+    def _counted(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
         with self._idle:
             self._busy += 1
         try:
@@ -89,21 +99,28 @@ class LocalWrites:
     manager: leaving it early (an error, an interrupt) stops the writers.
     """
 
-    def __init__(self, store, verify: bool, writers: int = WRITERS, staged: bool = False):
+    def __init__(
+        self, store: Store, verify: bool, writers: int = WRITERS, staged: bool = False
+    ) -> None:
         self._store = store
         self._verify = verify
         self._staged = staged
         self._pool = Threads(max_workers=max(1, writers), thread_name_prefix="gp-write")
         self._stop = threading.Event()
         self._lock = threading.Lock()
-        self._futures: list = []
+        self._futures: list[Future[None]] = []
         self._dirs: set[str] = set()
         self.sent = 0  # bytes written so far, by all writers
 
     def __enter__(self) -> LocalWrites:
         return self
 
-    def __exit__(self, kind, exc, tb) -> None:
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         if kind is not None:
             self._stop.set()
         # a failure waits for the writers to stop (a part at most: no temporary file is left
@@ -111,7 +128,7 @@ class LocalWrites:
         wait = kind is None or self._staged or issubclass(kind, Exception)
         self._pool.close(wait)
 
-    def add(self, items: list, sent=None) -> None:
+    def add(self, items: list[tuple[str, Source]], sent: Sent | None = None) -> None:
         """Start writing blobs ``[(hash, source)]`` the store does not have; small ones with
         nothing in flight are written here (``INLINE_BYTES``), unless ``staged``: an interrupt
         could then come between taking a staging buffer and noting it."""
@@ -123,11 +140,11 @@ class LocalWrites:
         for h, src in items:
             self._futures.append(self._pool.submit(self._one, h, src))
 
-    def _one(self, h: str, src) -> None:
+    def _one(self, h: str, src: Source) -> None:
         if self._stop.is_set():
             return
         path = self._store._p(blob_path(h))
-        check = None
+        check: Callable[[str], None] | None = None
         if self._verify:  # read back under its temporary name: a bad blob never gets its name
 
             def check(tmp: str) -> None:
@@ -148,7 +165,7 @@ class LocalWrites:
         with self._lock:
             self.sent += n
 
-    def wait(self, sent=None) -> None:
+    def wait(self, sent: Sent | None = None) -> None:
         """Wait for every blob handed over; ``sent(bytes_so_far)`` hears of the progress, from
         this thread only. The first error of a writer is raised (leaving the context manager
         then stops the others)."""
@@ -171,7 +188,7 @@ class LocalWrites:
 class SerialWrites:
     """Blobs written by ``Store.write_blobs`` within ``add``: a remote store's own way."""
 
-    def __init__(self, store, verify: bool):
+    def __init__(self, store: Store, verify: bool) -> None:
         self._store = store
         self._verify = verify
         self.sent = 0
@@ -179,15 +196,20 @@ class SerialWrites:
     def __enter__(self) -> SerialWrites:
         return self
 
-    def __exit__(self, kind, exc, tb) -> None:
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         return None
 
-    def add(self, items: list, sent=None) -> None:
+    def add(self, items: list[tuple[str, Source]], sent: Sent | None = None) -> None:
         base = self.sent
         report = (lambda n: sent(base + n)) if sent else None
         self._store.write_blobs(items, verify=self._verify, sent=report)
         self.sent += sum(src.nbytes for _, src in items)
 
-    def wait(self, sent=None) -> None:
+    def wait(self, sent: Sent | None = None) -> None:
         if sent:
             sent(self.sent)

@@ -68,6 +68,7 @@ class FolderQueue(CapacityQueue):
     """The queue in a folder on this machine's local disk (SQLite locking is unsafe on NFS)."""
 
     kind = "folder"
+    _db: sqlite3.Connection | None
 
     def __init__(self, folder: str, server_id: str, user: str, label: str, **kwargs):
         super().__init__(server_id, user, label, **kwargs)

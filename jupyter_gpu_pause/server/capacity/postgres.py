@@ -15,6 +15,7 @@ service above says so to the user and tries again.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
@@ -59,7 +60,7 @@ def parse_postgres_url(url: str) -> dict:
     except psycopg.ProgrammingError as e:  # libpq may quote the URL, password and all
         why = re.sub(r'"?postgres[^"\s]*"?', "the URL", str(e).strip())
         raise QueueError(f"not a valid PostgreSQL URL: {why}") from None
-    ports = (params.get("port") or "5432").split(",")
+    ports = str(params.get("port") or "5432").split(",")
     if not all(p.strip().isdigit() for p in ports):
         raise QueueError(f"not a valid PostgreSQL URL: the port {params['port']!r} is not a number")
     for key, value in CONNECT_DEFAULTS.items():
@@ -79,6 +80,7 @@ class PostgresQueue(CapacityQueue):
     """The queue in a PostgreSQL database shared by the servers of a cluster."""
 
     kind = "postgresql"
+    _db: psycopg.Connection[Any] | None
 
     def __init__(self, url: str, server_id: str, user: str, label: str, **kwargs):
         super().__init__(server_id, user, label, **kwargs)
@@ -108,13 +110,15 @@ class PostgresQueue(CapacityQueue):
         """``fn(db, *args)`` in one transaction holding the queue's lock, its clock in
         ``self.now``."""
         db = self._db
+        assert db is not None, "called by _connect and _tx, on an open connection"
         with db.transaction():
-            now = db.execute(
+            row = db.execute(
                 "SELECT pg_advisory_xact_lock(%s), extract(epoch FROM clock_timestamp())",
                 (LOCK_KEY,),
-            ).fetchone()[1]
+            ).fetchone()
+            assert row is not None, "a SELECT without FROM returns one row"
             db.execute(f"SET LOCAL search_path TO {SCHEMA}")
-            self.now = float(now)
+            self.now = float(row[1])
             return fn(db, *args)
 
     def _tx(self, fn, *args):

@@ -8,6 +8,7 @@ thread. An admin (or a test) swaps the probe with ``c.GpuPauseApp.gpu_probe_clas
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import psutil
 from traitlets.config import LoggingConfigurable
@@ -63,7 +64,7 @@ class NvmlProbe(GpuProbe):
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
-        self._nvml = None
+        self._nvml: Any = None  # the pynvml module once NVML is up (pynvml has no types)
         self._last_seen: dict[str, int] = {}  # per device: newest utilisation sample seen
         try:
             import pynvml

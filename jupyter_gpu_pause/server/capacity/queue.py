@@ -43,6 +43,7 @@ import json
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Protocol
 
 from traitlets import Float, TraitError, validate
 from traitlets.config import LoggingConfigurable
@@ -103,6 +104,12 @@ def queue_migrations(**words: str) -> Migrations:
     """``QUEUE_TABLES`` in one database's words (``schema``, ``serial``, ``float``,
     ``bigint``)."""
     return Migrations("capacity queue", tuple(step.format(**words) for step in QUEUE_TABLES))
+
+
+class Connection(Protocol):
+    """A backend's database connection, as the base class handles it."""
+
+    def close(self) -> None: ...
 
 
 class QueueError(Exception):
@@ -171,7 +178,8 @@ class CapacityQueue(LoggingConfigurable):
         super().__init__(**kwargs)
         self.server_id, self.user, self.label = server_id, user, label
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpu-pause-queue")
-        self._db = None  # the worker thread's connection, made by the first transaction
+        # the worker thread's connection, made by the first transaction
+        self._db: Connection | None = None
         self._joined = False  # this server's row was written once (so a missing one lapsed)
         self.now = 0.0
         self.me = ProcessId.current()
@@ -473,7 +481,9 @@ class CapacityQueue(LoggingConfigurable):
     async def open(self) -> None:
         await self._in_tx(self._renew)
 
-    async def join(self, need: Need, name: str, since: float, rank: float | None = None):
+    async def join(
+        self, need: Need, name: str, since: float, rank: float | None = None
+    ) -> tuple[int, float]:
         """Enter the line (at ``rank``: back at a place held before); returns (entry, rank)."""
         return await self._in_tx(self._join, need, name, since, rank)
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import getpass
 import os
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from jupyter_core.paths import jupyter_data_dir
@@ -43,6 +44,13 @@ from traitlets.utils.importstring import import_item
 
 from ...store.retention import DEFAULT_RETENTION
 from .traits import not_negative
+
+if TYPE_CHECKING:  # the agent protocol's vocabularies (the kernel room is not imported here)
+    from ...kernel.protocol import CaptureMode, RebuildMode
+
+# the values of GpuPauseSettings.capture and .rebuild, typed as the protocol's
+_CAPTURE_MODES: list[CaptureMode] = ["namespace", "registered"]
+_REBUILD_MODES: list[RebuildMode] = ["ask", "auto", "never"]
 
 _CAPACITY = "jupyter_gpu_pause.server.capacity"
 _SUSPEND = "jupyter_gpu_pause.server.suspend"
@@ -141,14 +149,14 @@ class GpuPauseSettings(HasTraits):
 
     # -- what a pause saves, and how a resume restores it --------------------------------------
     capture = Enum(
-        ["namespace", "registered"],
+        _CAPTURE_MODES,
         default_value="namespace",
         help="'namespace' (default): registered names are required and every other user "
         "variable is saved best effort; 'registered': only registered names are saved.",
     ).tag(config=True)
 
     rebuild = Enum(
-        ["ask", "auto", "never"],
+        _REBUILD_MODES,
         default_value="ask",
         help="What a resume does with the variables its checkpoint did not bring back (they "
         "could not be saved, or did not restore) when the recorded cells that made them can "

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from typing import Any
 
 from traitlets import Bool, Float, TraitError, validate
 from traitlets.config import LoggingConfigurable
@@ -97,6 +98,19 @@ class StoreMaintenance(LoggingConfigurable):
         self._collections: set[threading.Thread] = set()
         self.passes = 0
 
+    @property
+    def _ctx(self) -> UpkeepContext:
+        """What it reads of the sessions: retention needs it, a collection alone does not."""
+        if self.ctx is None:
+            raise RuntimeError("this StoreMaintenance has no sessions' context")
+        return self.ctx
+
+    @property
+    def _store(self) -> Store:
+        if self.store is None:
+            raise RuntimeError("this StoreMaintenance has no store: it only checks settings")
+        return self.store
+
     # -- running ------------------------------------------------------------------------------
     def start(self) -> None:
         if self.interval:
@@ -152,7 +166,7 @@ class StoreMaintenance(LoggingConfigurable):
 
     def after_pause(self, s: Session) -> None:
         """Apply retention once the pause of ``s`` has ended (call it from the pause itself)."""
-        task = self.ctx.op_task(s.id)
+        task = self._ctx.op_task(s.id)
         job = asyncio.ensure_future(self._after(task))
         self._pending.add(job)
         job.add_done_callback(self._pending.discard)
@@ -177,7 +191,7 @@ class StoreMaintenance(LoggingConfigurable):
 
     async def _drop_intents(self, checkpoint_id: str) -> None:
         try:
-            await _in_thread(drop_intents, self.store, checkpoint_id)
+            await _in_thread(drop_intents, self._store, checkpoint_id)
         except Exception as e:
             store_failed("intents", e)
             self.log.warning(
@@ -193,7 +207,7 @@ class StoreMaintenance(LoggingConfigurable):
         try:
             report: GcReport = await _in_thread(
                 gc,
-                self.store,
+                self._store,
                 dry_run=dry_run,
                 grace_seconds=self.grace_seconds,
                 lease_seconds=self.lease_seconds,
@@ -221,24 +235,24 @@ class StoreMaintenance(LoggingConfigurable):
     async def apply_retention(self) -> list[Deletion]:
         """Delete the manifests the rules name; one ``checkpoint_deleted`` event each."""
         async with self._retaining:
-            if await self.ctx.checkpoints.prepare_key():
+            if await self._ctx.checkpoints.prepare_key():
                 self.log.warning(
                     "jupyter_gpu_pause: retention skipped: without the signing key no "
                     "checkpoint can be told valid"
                 )
                 return []
             owned, paused, pinned = self._facts()
-            entries = await _in_thread(self._entries, self.ctx.checkpoints.signer)
+            entries = await _in_thread(self._entries, self._ctx.checkpoints.signer)
             plan = plan_deletions(
                 self.retention, entries, owned=owned, paused=paused, pinned=pinned, now=utcnow()
             )
             done = []
             for d in plan:
-                s = self.ctx.table.sessions.get(d.session_id)
+                s = self._ctx.table.sessions.get(d.session_id)
                 if s is None or not self._may_delete(s, d.checkpoint_id):
                     continue  # changed since the plan: a resume started, a pause ended
-                await _in_thread(self.store.delete_manifest, d.session_id, d.checkpoint_id)
-                await self.ctx.table.record_event(
+                await _in_thread(self._store.delete_manifest, d.session_id, d.checkpoint_id)
+                await self._ctx.table.record_event(
                     s,
                     EventType.CHECKPOINT_DELETED,
                     "retention",
@@ -253,8 +267,8 @@ class StoreMaintenance(LoggingConfigurable):
     def _facts(self) -> tuple[set[str], set[str], set[tuple[str, str]]]:
         """Sessions this pass may act on, those paused, and the checkpoints records name."""
         owned, paused, pinned = set(), set(), set()
-        busy = self.ctx.busy_sessions()
-        for s in self.ctx.table:
+        busy = self._ctx.busy_sessions()
+        for s in self._ctx.table:
             if s.checkpoint:
                 pinned.add((s.id, s.checkpoint["id"]))
             if s.id in busy:
@@ -265,16 +279,16 @@ class StoreMaintenance(LoggingConfigurable):
         return owned, paused, pinned
 
     def _may_delete(self, s: Session, checkpoint_id: str) -> bool:
-        if s.id in self.ctx.busy_sessions():
+        if s.id in self._ctx.busy_sessions():
             return False
         return not (s.checkpoint and s.checkpoint["id"] == checkpoint_id)
 
     def _entries(self, signer) -> list[Entry]:
         """Every manifest of the store as retention sees it (runs in a thread)."""
-        manifests, _ = manifest_objects(self.store)
-        blobs, _ = blob_objects(self.store)
+        manifests, _ = manifest_objects(self._store)
+        blobs, _ = blob_objects(self._store)
         new = [o for o in manifests.values() if o.path not in self._manifests]
-        for path, doc in read_json(self.store, new).items():
+        for path, doc in read_json(self._store, new).items():
             self._manifests[path] = _summary(doc, signer)  # manifests never change
         paths = {o.path for o in manifests.values()}
         for path in set(self._manifests) - paths:
@@ -312,7 +326,8 @@ async def _in_thread(fn, *args, _track: set | None = None, **kwargs):
     loop = asyncio.get_running_loop()
     done = loop.create_future()
 
-    def run():
+    def run() -> None:
+        outcome: tuple[Any, BaseException | None]
         try:
             outcome = (fn(*args, **kwargs), None)
         except BaseException as e:  # handed to the awaiting task

@@ -47,8 +47,10 @@ class PhaseClock:
         def update(p: dict) -> None:
             if p.get("phase") == phase:
                 total = p.get("total_bytes")
-                done = then and isinstance(total, int) and (p.get("done_bytes") or 0) >= total
-                self.enter(then if done else into)
+                if then and isinstance(total, int) and (p.get("done_bytes") or 0) >= total:
+                    self.enter(then)
+                else:
+                    self.enter(into)
             on_progress(p)
 
         return update

@@ -20,14 +20,18 @@ from __future__ import annotations
 
 import math
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client import REGISTRY, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 
 from ...store import GcBusy, StoreError
 from ..state.event_types import EventType
-from ..state.model import STATES
+from ..state.model import STATES, Session, SessionState
+
+if TYPE_CHECKING:
+    from ..budgets.service import Figures
 
 PREFIX = "jupyter_gpu_pause_"
 REASONS = ("user", "policy", "shutdown", "preemption", "other")
@@ -149,13 +153,20 @@ for _result in WEBHOOK_RESULTS:
     WEBHOOK_DELIVERIES.labels(_result)
 
 
+class SessionsView(Protocol):
+    """What the session-state gauges read of a session table."""
+
+    @property
+    def sessions(self) -> Mapping[str, Session]: ...
+
+
 class SessionStates:
     """Sessions by state, and those waiting for capacity, counted in the live session table at
     each scrape (every state, 0 included). One server per process serves ``/metrics``: the
     table of the server that built its services last is the one counted."""
 
     def __init__(self):
-        self.table: Callable[[], object] = lambda: None  # a weak reference
+        self.table: Callable[[], SessionsView | None] = lambda: None  # a weak reference
 
     def describe(self):
         return list(self._families())
@@ -178,7 +189,7 @@ class SessionStates:
         yield GaugeMetricFamily(
             PREFIX + "waiting_sessions",
             "Sessions whose resume waits for capacity (a GPU).",
-            value=counts["waiting"],
+            value=counts[SessionState.WAITING],
         )
 
 
@@ -207,7 +218,7 @@ class BudgetRatios:
     )
 
     def __init__(self):
-        self.figures: Callable[[], object] = lambda: None
+        self.figures: Callable[[], Figures | None] = lambda: None
         self.with_user = False
 
     def describe(self):
