@@ -14,10 +14,14 @@ from pathlib import Path
 import pytest
 from jupyter_client.asynchronous import AsyncKernelClient
 from jupyter_server.serverapp import ServerApp
+from pytest_jupyter.pytest_tornasync import AsyncHTTPServerClient
+from tornado.httpclient import HTTPClientError
 
+from jupyter_gpu_pause.client.transport import Transport
 from jupyter_gpu_pause.store.format import parse_iso
 from tests.cells import CellOutput
 from tests.moto import Moto
+from tests.openapi import check as check_answer
 from tests.waiting import wait_for
 
 pytest_plugins = ["pytest_jupyter.jupyter_server"]
@@ -140,6 +144,41 @@ def _kernel_sees_package(monkeypatch):
     """Kernels inherit the environment; make sure they import this checkout."""
     root = str(Path(__file__).resolve().parents[1])
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
+
+
+@pytest.fixture(autouse=True)
+def _answers_match_the_spec(monkeypatch):
+    """Every answer under ``gpu-pause/api/`` that a test gets must be what api.yaml says
+    (tests/openapi.py): those of the in-process server's HTTP client (``jp_fetch``,
+    ``Lab.api``, a test's own fetch) and those the Python client's transport receives
+    (``tests/http.py`` checks the scripts' requests itself)."""
+    fetch = AsyncHTTPServerClient.fetch
+
+    async def checked(self, path, **kwargs):
+        method = kwargs.get("method", "GET")
+        try:
+            r = await fetch(self, path, **kwargs)
+        except HTTPClientError as e:
+            if e.response is not None and e.code != 599:  # 599: no answer came
+                answer = e.response
+                check_answer(method, path, e.code, answer.body, answer.headers.get("Content-Type"))
+            raise
+        check_answer(method, path, r.code, r.body, r.headers.get("Content-Type"))
+        return r
+
+    def fetch_checked(self, path, **kwargs):
+        return asyncio.ensure_future(checked(self, path, **kwargs))  # a Future, as fetch's
+
+    exchange = Transport.exchange
+
+    def exchange_checked(self, method, url, data, headers):
+        status, answer_headers, raw = exchange(self, method, url, data, headers)
+        if not (status in (502, 503, 504) and not raw):  # an empty 5xx is a proxy's, not ours
+            check_answer(method, url, status, raw, answer_headers.get("Content-Type"))
+        return status, answer_headers, raw
+
+    monkeypatch.setattr(AsyncHTTPServerClient, "fetch", fetch_checked)
+    monkeypatch.setattr(Transport, "exchange", exchange_checked)
 
 
 class Lab:

@@ -13,7 +13,8 @@ import pytest
 from jupyter_server.auth.authorizer import Authorizer
 from jupyter_server.utils import url_path_join
 
-from jupyter_gpu_pause.server.web.handlers import SID, KernelHandler, handlers
+from jupyter_gpu_pause.server.web.handlers import SID, KernelHandler
+from jupyter_gpu_pause.server.web.routes import handlers
 
 UNKNOWN = "00000000-0000-4000-8000-000000000000"
 METHODS = ("get", "post", "put", "patch", "delete")

@@ -12,14 +12,14 @@ from __future__ import annotations
 import time
 import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, cast
 
 from .discovery import Target, find_server
 from .errors import OperationFailed, WaitTimeout
 from .states import error_text, going, succeeded
 from .transport import DEFAULT_RETRY, Retry, Transport
+from .types import Budget, Budgets, Checkpoint, Event, Session
 
-Session = dict[str, Any]
 # a session by id, or a Session as an earlier call returned it
 SessionRef = str | Mapping[str, Any]
 Progress = Callable[[Session], object]
@@ -89,12 +89,11 @@ class GpuPauseClient:
     # -- sessions ------------------------------------------------------------------------------
     def sessions(self, path: str | None = None, kernel_id: str | None = None) -> list[Session]:
         """The sessions the server tracks, optionally only a notebook's or a kernel's."""
-        return self.request("GET", "sessions", query={"path": path, "kernel_id": kernel_id})[
-            "sessions"
-        ]
+        answer = self.request("GET", "sessions", query={"path": path, "kernel_id": kernel_id})
+        return cast(list[Session], answer["sessions"])
 
     def session(self, session: SessionRef) -> Session:
-        return self.request("GET", session_path(session))
+        return cast(Session, self.request("GET", session_path(session)))
 
     def pause(
         self,
@@ -107,8 +106,11 @@ class GpuPauseClient:
     ) -> Session:
         """Start a pause (the answer: the Session, ``pausing``). With ``wait``, follow it to
         its end and return the final Session; OperationFailed if it did not pause."""
-        s = self.request(
-            "POST", session_path(session, "pause"), {}, idempotency_key=idempotency_key
+        s = cast(
+            Session,
+            self.request(
+                "POST", session_path(session, "pause"), {}, idempotency_key=idempotency_key
+            ),
         )
         return self.follow(s, "pause", timeout, progress) if wait else s
 
@@ -129,15 +131,21 @@ class GpuPauseClient:
         OperationFailed if it did not come back."""
         body = {"checkpoint_id": checkpoint_id, "device": device, "into_kernel": into_kernel}
         body = {k: v for k, v in body.items() if v is not None}
-        s = self.request(
-            "POST", session_path(session, "resume"), body, idempotency_key=idempotency_key
+        s = cast(
+            Session,
+            self.request(
+                "POST", session_path(session, "resume"), body, idempotency_key=idempotency_key
+            ),
         )
         return self.follow(s, "resume", timeout, progress) if wait else s
 
     def cancel(self, session: SessionRef, *, idempotency_key: str | None = None) -> Session:
         """Cancel a pause in progress (the kernel goes on) or a resume waiting for a GPU."""
-        return self.request(
-            "POST", session_path(session, "cancel"), {}, idempotency_key=idempotency_key
+        return cast(
+            Session,
+            self.request(
+                "POST", session_path(session, "cancel"), {}, idempotency_key=idempotency_key
+            ),
         )
 
     def keepalive(
@@ -145,13 +153,16 @@ class GpuPauseClient:
     ) -> Session:
         """Keep a session from being auto-paused for ``seconds`` (up to the policy's max)."""
         body = {"seconds": int(seconds)}
-        return self.request(
-            "POST", session_path(session, "keepalive"), body, idempotency_key=idempotency_key
+        return cast(
+            Session,
+            self.request(
+                "POST", session_path(session, "keepalive"), body, idempotency_key=idempotency_key
+            ),
         )
 
     def check(self, session: SessionRef) -> dict[str, Any]:
         """Dry run of a pause: what would be saved and what could not be; changes nothing."""
-        return self.request("POST", session_path(session, "check"), {})
+        return cast(dict[str, Any], self.request("POST", session_path(session, "check"), {}))
 
     def rebuild(
         self,
@@ -165,8 +176,11 @@ class GpuPauseClient:
         body: dict[str, Any] = {"confirm": confirm} if confirm else {}
         if names is not None:
             body["names"] = list(names)
-        return self.request(
-            "POST", session_path(session, "rebuild"), body, idempotency_key=idempotency_key
+        return cast(
+            Session,
+            self.request(
+                "POST", session_path(session, "rebuild"), body, idempotency_key=idempotency_key
+            ),
         )
 
     def delete(
@@ -210,13 +224,21 @@ class GpuPauseClient:
         Session, or OperationFailed when it ended otherwise than asked (a pause is over once a
         suspended kernel's checkpoint is written, docs/suspend.md). ``session``: the Session
         the start answered (looked at first) or an id."""
-        first = None if isinstance(session, str) else dict(session)
+        first = None if isinstance(session, str) else cast(Session, dict(session))
         s = self._until(session, lambda x: not going(kind, x), timeout, progress, POLL, first)
         if not succeeded(kind, s):
             raise OperationFailed(f"{s['path']}: the {kind} failed: {error_text(s)}", s)
         return s
 
-    def _until(self, session, done, timeout, progress, poll, first=None) -> Session:
+    def _until(
+        self,
+        session: SessionRef,
+        done: Callable[[Session], bool],
+        timeout: float | None,
+        progress: Progress | None,
+        poll: float,
+        first: Session | None = None,
+    ) -> Session:
         end = None if timeout is None else time.monotonic() + timeout
         s = first if first is not None else self.session(session)
         while True:
@@ -230,19 +252,19 @@ class GpuPauseClient:
             s = self.session(s)
 
     # -- what the server holds and saw ---------------------------------------------------------
-    def checkpoints(self, session: SessionRef) -> list[dict[str, Any]]:
+    def checkpoints(self, session: SessionRef) -> list[Checkpoint]:
         """A session's checkpoints in the store, newest first, with their validity."""
-        return self.request("GET", session_path(session, "checkpoints"))["checkpoints"]
+        answer = self.request("GET", session_path(session, "checkpoints"))
+        return cast(list[Checkpoint], answer["checkpoints"])
 
-    def iter_checkpoints(self, session: SessionRef) -> Iterator[dict[str, Any]]:
+    def iter_checkpoints(self, session: SessionRef) -> Iterator[Checkpoint]:
         yield from self.checkpoints(session)
 
-    def events(
-        self, since: str | None = None, session: SessionRef | None = None
-    ) -> list[dict[str, Any]]:
+    def events(self, since: str | None = None, session: SessionRef | None = None) -> list[Event]:
         """Lifecycle events, oldest first: the latest 1000, or those since ``since`` (ISO)."""
         sid = session_id(session) if session is not None else None
-        return self.request("GET", "events", query={"since": since, "session_id": sid})["events"]
+        answer = self.request("GET", "events", query={"since": since, "session_id": sid})
+        return cast(list[Event], answer["events"])
 
     def iter_events(
         self,
@@ -250,7 +272,7 @@ class GpuPauseClient:
         session: SessionRef | None = None,
         follow: bool = False,
         poll: float = EVENTS_POLL,
-    ) -> Iterator[dict[str, Any]]:
+    ) -> Iterator[Event]:
         """The events, oldest first, each once; with ``follow``, then each new one as it
         happens, for as long as the caller iterates."""
         seen: set[str] = set()
@@ -267,43 +289,46 @@ class GpuPauseClient:
 
     def capacity(self) -> dict[str, Any]:
         """GPUs, the capacity queue, the tier in force and why."""
-        return self.request("GET", "capacity")
+        return cast(dict[str, Any], self.request("GET", "capacity"))
 
     def policies(self) -> dict[str, Any]:
         """The effective policies (after validation) and the monitor's state."""
-        return self.request("GET", "policies")
+        return cast(dict[str, Any], self.request("GET", "policies"))
 
     def report(self, since: str | None = None) -> dict[str, Any]:
         """GPU-hours held, idle and reclaimed since ``since`` (ISO 8601 or 7d, 24h; 30d)."""
-        return self.request("GET", "report", query={"since": since})
+        return cast(dict[str, Any], self.request("GET", "report", query={"since": since}))
 
     def gc(self, dry_run: bool, *, idempotency_key: str | None = None) -> dict[str, Any]:
         """Garbage-collect the store (administrators): ``dry_run`` only counts."""
-        return self.request(
-            "POST", "store/gc", {"dry_run": dry_run}, idempotency_key=idempotency_key
+        return cast(
+            dict[str, Any],
+            self.request("POST", "store/gc", {"dry_run": dry_run}, idempotency_key=idempotency_key),
         )
 
     # -- GPU-hour budgets (docs/budgets.md) ----------------------------------------------------
-    def budget(self) -> dict[str, Any]:
-        """``{"admin", "configured", "budgets": [...]}``: the user's own budget, or every
-        user's when the server's user is a budget admin."""
-        return self.request("GET", "budget")
+    def budget(self) -> Budgets:
+        """``{"admin", "configured", "user", "budgets": [...]}``: the user's own budget, or
+        every user's when the server's user is a budget admin."""
+        return cast(Budgets, self.request("GET", "budget"))
 
     def grant_budget(
         self, user: str, hours: float, *, idempotency_key: str | None = None
-    ) -> dict[str, Any]:
+    ) -> Budget:
         """Budget admins: ``hours`` more GPU-hours for ``user`` this period (a hold lifts at
         once); the user's budget after it."""
-        return self.request(
+        answer = self.request(
             "POST",
             "budget/grant",
             {"user": user, "hours": hours},
             idempotency_key=idempotency_key,
-        )["budget"]
+        )
+        return cast(Budget, answer["budget"])
 
-    def reset_budget(self, user: str, *, idempotency_key: str | None = None) -> dict[str, Any]:
+    def reset_budget(self, user: str, *, idempotency_key: str | None = None) -> Budget:
         """Budget admins: ``user``'s period starts over now (usage and grants so far no longer
         count); the user's budget after it."""
-        return self.request(
+        answer = self.request(
             "POST", "budget/reset", {"user": user}, idempotency_key=idempotency_key
-        )["budget"]
+        )
+        return cast(Budget, answer["budget"])

@@ -18,6 +18,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psutil
 from jupyter_core.paths import jupyter_runtime_dir
@@ -38,7 +39,7 @@ class Target:
     root_dir: str | None = None
 
 
-def running_servers(runtime_dir: str) -> list[dict]:
+def running_servers(runtime_dir: str) -> list[dict[str, Any]]:
     """The servers of ``runtime_dir`` whose process is alive, most recently started first."""
     found = []
     for f in Path(runtime_dir).glob("jpserver-*.json"):
@@ -79,10 +80,8 @@ def find_server(
     if not url and os.environ.get(URL_ENV):
         url, source = os.environ[URL_ENV], f"${URL_ENV}"
         token = token if token is not None else os.environ.get(TOKEN_ENV)
-    elif url:
-        source = given_as
     else:
-        source = None
+        source = given_as  # said only when ``url`` was given
     if url:
         if token is None:  # the same server's entry in the runtime dir has its token
             servers = running_servers(runtime_dir)

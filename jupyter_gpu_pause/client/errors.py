@@ -10,6 +10,8 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
+from .types import Session
+
 
 class GpuPauseError(Exception):
     """An answer of the server refusing or failing a request (or no answer at all)."""
@@ -92,7 +94,7 @@ class WaitTimeout(GpuPauseError, TimeoutError):
     """``wait`` ran out of time; the operation goes on in the server. ``session`` is the last
     Session seen."""
 
-    def __init__(self, message: str, session: dict[str, Any]):
+    def __init__(self, message: str, session: Session):
         super().__init__(message)
         self.session = session
 
@@ -102,7 +104,7 @@ class OperationFailed(GpuPauseError):
     the kernel still runs; the resume failed and the session stays paused). ``session`` is the
     final Session; its ``error`` says why."""
 
-    def __init__(self, message: str, session: dict[str, Any]):
+    def __init__(self, message: str, session: Session):
         super().__init__(message, reason=(session.get("error") or {}).get("reason"))
         self.session = session
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 RUNNING = ("active", "idle")
@@ -10,18 +11,18 @@ RUNNING = ("active", "idle")
 GOING = {"pause": ("pausing",), "resume": ("waiting", "restoring")}
 
 
-def suspended_checkpoint(s: dict[str, Any]) -> str | None:
+def suspended_checkpoint(s: Mapping[str, Any]) -> str | None:
     """A suspended session's checkpoint: ``writing``, ``written`` (kept) or ``failed``."""
     return (s.get("suspended") or {}).get("checkpoint") if s["state"] == "suspended" else None
 
 
-def going(kind: str, s: dict[str, Any]) -> bool:
+def going(kind: str, s: Mapping[str, Any]) -> bool:
     """The operation goes on: a pause is not over while a suspended kernel's checkpoint is
     being written (docs/suspend.md)."""
     return s["state"] in GOING[kind] or (kind == "pause" and suspended_checkpoint(s) == "writing")
 
 
-def succeeded(kind: str, s: dict[str, Any]) -> bool:
+def succeeded(kind: str, s: Mapping[str, Any]) -> bool:
     """The ended operation did what was asked: paused (or suspended with its checkpoint
     written), or running again."""
     if kind == "pause":
@@ -29,6 +30,6 @@ def succeeded(kind: str, s: dict[str, Any]) -> bool:
     return s["state"] in RUNNING
 
 
-def error_text(s: dict[str, Any]) -> str:
+def error_text(s: Mapping[str, Any]) -> str:
     err = s.get("error") or {}
     return err.get("message") or s.get("message") or f"the session is {s['state']}"

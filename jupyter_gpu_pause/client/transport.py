@@ -21,6 +21,7 @@ import urllib.parse
 import urllib.request
 import uuid
 from dataclasses import dataclass
+from email.message import Message
 from typing import Any
 
 from .discovery import TOKEN_ENV, Target
@@ -46,7 +47,7 @@ class Retry:
     budget: float = 30.0
 
     def delay(self, attempt: int) -> float:
-        base = min(self.max_backoff, self.backoff * 2**attempt)
+        base = min(self.max_backoff, self.backoff * 2.0**attempt)
         return base * random.uniform(0.75, 1.25)
 
 
@@ -125,27 +126,36 @@ class Transport:
         raise last
 
     def _once(self, method: str, url: str, data: bytes | None, headers: dict[str, str]) -> Any:
-        req = urllib.request.Request(url, data=data, method=method, headers=headers)
-        try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as r:
-                raw = r.read()
-        except urllib.error.HTTPError as e:
-            try:
-                raw = e.read()
-            except (OSError, http.client.HTTPException) as cut:
-                raise _Lost(self._unreachable(cut)) from None
-            error = self._refusal(e.code, raw)
-            if e.code in RETRIED_STATUS and error.reason not in FINAL_503:
-                raise _Lost(error, retry_after(e.headers.get("Retry-After"))) from None
+        status, answer_headers, raw = self.exchange(method, url, data, headers)
+        if not 200 <= status < 300:  # urllib raises HTTPError for every other status
+            error = self._refusal(status, raw)
+            if status in RETRIED_STATUS and error.reason not in FINAL_503:
+                raise _Lost(error, retry_after(answer_headers.get("Retry-After"))) from None
             raise error from None
-        except (OSError, http.client.HTTPException) as e:
-            # refused, reset, closed before the answer (RemoteDisconnected), cut mid-way
-            # (IncompleteRead), timed out: the request may or may not have been acted on
-            raise _Lost(self._unreachable(e)) from None
         try:
             return json.loads(raw) if raw else None
         except ValueError:
             raise _Lost(self._unreachable(ValueError("an answer that is not JSON"))) from None
+
+    def exchange(
+        self, method: str, url: str, data: bytes | None, headers: dict[str, str]
+    ) -> tuple[int, Message, bytes]:
+        """One HTTP request and its whole answer, ``(status, headers, body)``, whatever the
+        status; an answer that never came, or came cut, is ``_Lost``. The one place bytes
+        cross the network (the tests check every answer here against ``api.yaml``)."""
+        req = urllib.request.Request(url, data=data, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as r:
+                return r.status, r.headers, r.read()
+        except urllib.error.HTTPError as e:
+            try:
+                return e.code, e.headers, e.read()
+            except (OSError, http.client.HTTPException) as cut:
+                raise _Lost(self._unreachable(cut)) from None
+        except (OSError, http.client.HTTPException) as e:
+            # refused, reset, closed before the answer (RemoteDisconnected), cut mid-way
+            # (IncompleteRead), timed out: the request may or may not have been acted on
+            raise _Lost(self._unreachable(e)) from None
 
     def _unreachable(self, e: BaseException) -> ServerUnreachable:
         why = getattr(e, "reason", None) or str(e) or type(e).__name__
