@@ -4,6 +4,8 @@ import tseslint from 'typescript-eslint';
 import prettierRecommended from 'eslint-plugin-prettier/recommended';
 import globals from 'globals';
 import jupyterPlugin from '@jupyter/eslint-plugin';
+import { importX } from 'eslint-plugin-import-x';
+import { createTypeScriptImportResolver } from 'eslint-import-resolver-typescript';
 
 export default defineConfig([
   {
@@ -14,6 +16,8 @@ export default defineConfig([
       '**/*.js',
       '**/*.d.ts',
       'src/**/__tests__',
+      // Written by `jlpm gen:api` from the OpenAPI document.
+      'src/generated',
       'ui-tests/test-results',
       'ui-tests/playwright-report',
       'ui-tests/artifacts',
@@ -26,7 +30,20 @@ export default defineConfig([
   {
     files: ['**/*.ts', '**/*.tsx'],
     plugins: {
-      jupyter: jupyterPlugin
+      jupyter: jupyterPlugin,
+      'import-x': importX
+    },
+    settings: {
+      // import-x reads only .js modules unless told to parse TypeScript.
+      'import-x/extensions': ['.ts', '.tsx'],
+      'import-x/parsers': { '@typescript-eslint/parser': ['.ts', '.tsx'] },
+      // Resolve imports as tsc does, so a cycle through `./x` is seen.
+      'import-x/resolver-next': [
+        createTypeScriptImportResolver({
+          project: ['tsconfig.json', 'ui-tests/tsconfig.json'],
+          noWarnOnMultipleProjects: true
+        })
+      ]
     },
     languageOptions: {
       globals: {
@@ -57,9 +74,21 @@ export default defineConfig([
       // The plugin's modules are small and all needed at activation (the
       // server probe, the commands, the status item): no lazy loading.
       'jupyter/prefer-lazy-imports': 'off',
+      // No module imports one that imports it back, however far round.
+      // (The rule skips `import type`; `jlpm check:cycles` counts those.)
+      'import-x/no-cycle': 'error',
       curly: ['error', 'all'],
       eqeqeq: 'error',
       'prefer-arrow-callback': 'error'
+    }
+  },
+  {
+    // Build scripts run by Node.
+    files: ['scripts/**/*.mjs'],
+    languageOptions: {
+      globals: {
+        ...globals.node
+      }
     }
   },
   {

@@ -251,6 +251,13 @@ export function placeText(
 }
 
 /**
+ * The file name of a path: it keeps a toast short.
+ */
+export function fileName(path: string): string {
+  return path.split('/').pop() || path;
+}
+
+/**
  * A server message as a sentence: capital first letter, final full stop.
  */
 export function sentence(message: string): string {

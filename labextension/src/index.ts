@@ -21,17 +21,16 @@ import { ITranslator } from '@jupyterlab/translation';
 import { DisposableDelegate } from '@lumino/disposable';
 
 import { GpuPauseAPI } from './api';
-import { BudgetNotifier } from './budgetNotify';
-import { addCommands, notebookPath } from './commands';
-import { KernelGate } from './gate';
+import { BudgetNotifier } from './budget/notify';
+import { addCommands } from './commands';
 import { gpuPauseIcon } from './icons';
-import { EventNotifier } from './notify';
-import { addRebuildCommand } from './rebuildCommand';
-import { RebuildNotifier } from './rebuildNotify';
-import { GpuPauseService } from './service';
+import { RebuildNotifier } from './rebuild/notify';
+import { GpuPauseService, IGpuPause } from './service';
+import { KernelGate } from './session/gate';
+import { EventNotifier } from './session/notify';
+import { notebookPath } from './target';
 import {
   CommandIDs,
-  IGpuPause,
   IGpuPauseSettings,
   PANEL_ID,
   PLUGIN_ID,
@@ -76,7 +75,7 @@ const core: JupyterFrontEndPlugin<IGpuPause> = {
     );
     const { model } = service;
 
-    // Opening a paused notebook starts no kernel until Resume (gate.ts)
+    // Opening a paused notebook starts no kernel until Resume (session/gate.ts)
     const gate = tracker
       ? new KernelGate({ api, commands: app.commands, dialogs, trans })
       : null;
@@ -86,9 +85,8 @@ const core: JupyterFrontEndPlugin<IGpuPause> = {
       });
     }
 
-    addCommands({
+    addCommands(app, {
       api,
-      commands: app.commands,
       gate,
       model,
       settings: () => service.settings,
@@ -96,7 +94,6 @@ const core: JupyterFrontEndPlugin<IGpuPause> = {
       openPanel: () => app.shell.activateById(PANEL_ID),
       trans
     });
-    addRebuildCommand({ api, commands: app.commands, model, tracker, trans });
     new EventNotifier({
       model,
       commands: app.commands,

@@ -1,13 +1,40 @@
 /**
  * The core plugin's service: the REST client, the one sessions model, and
  * the user's settings with a change signal, shared by the other plugins.
+ *
+ * Its token is declared here, beside the client and the model it names,
+ * rather than in `tokens.ts`: that module stays a leaf the client and the
+ * model themselves import, so naming them there would close a circle.
  */
+import { Token } from '@lumino/coreutils';
 import { ISignal, Signal } from '@lumino/signaling';
 
 import { GpuPauseAPI } from './api';
 import type { Emissions } from './eventbus';
 import { SessionsModel } from './model';
-import { DEFAULT_SETTINGS, IGpuPause, IGpuPauseSettings } from './tokens';
+import { DEFAULT_SETTINGS, IGpuPauseSettings } from './tokens';
+
+/**
+ * What the core plugin shares with the panel and notebook plugins.
+ */
+export interface IGpuPause {
+  /** The REST client. */
+  readonly api: GpuPauseAPI;
+  /** Every tracked session, polled once for all views. */
+  readonly model: SessionsModel;
+  /** The user's settings in force. */
+  readonly settings: Readonly<IGpuPauseSettings>;
+  /** Emitted when the settings change. */
+  readonly settingsChanged: ISignal<IGpuPause, void>;
+}
+
+/**
+ * The token of the core plugin's service.
+ */
+export const IGpuPause = new Token<IGpuPause>(
+  'jupyter-gpu-pause:IGpuPause',
+  'The sessions model and REST client of jupyter-gpu-pause.'
+);
 
 /**
  * The implementation of {@link IGpuPause}.

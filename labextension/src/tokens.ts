@@ -3,37 +3,35 @@
  *
  * The shapes mirror the server's public contract: fields that do not apply
  * to a session are `null`, times are ISO 8601 UTC strings.
+ *
+ * A leaf of the module graph: it imports only the shapes of the feature
+ * folders (themselves leaves), never the client, the model or a view, so
+ * every module may import it without closing a circle.
  */
 
-import { Token } from '@lumino/coreutils';
-import type { ISignal } from '@lumino/signaling';
+import type { CommandRegistry } from '@lumino/commands';
 
-import type { ICheckAmbient, IRestoreAmbient } from './ambientTypes';
-import type { GpuPauseAPI } from './api';
-import type { SessionsModel } from './model';
-import type { IRebuildPlan } from './rebuildTypes';
-import type { IAccounting } from './reportTypes';
-import type { ISuspended } from './suspendTypes';
+import type { components, operations } from './generated/openapi';
 
 export type {
   IAmbientItem,
   ICheckAmbient,
   IRestoreAmbient
-} from './ambientTypes';
+} from './ambient/types';
 export type {
   IRebuildCell,
   IRebuildFailedDetail,
   IRebuildPlan,
   IRebuiltDetail
-} from './rebuildTypes';
-export type { IAccounting, IGpuHours, IReport } from './reportTypes';
-export type { IBudget, IBudgetDetail, IBudgets } from './budgetTypes';
+} from './rebuild/types';
+export type { IAccounting, IGpuHours, IReport } from './report/types';
+export type { IBudget, IBudgetDetail, IBudgets } from './budget/types';
 export type {
   ICapacity,
   IPauseTier,
   ISuspended,
   SuspendCheckpoint
-} from './suspendTypes';
+} from './suspend/types';
 
 /**
  * Identifiers of the commands this extension registers.
@@ -77,6 +75,15 @@ export interface ISessionCommandArgs {
 }
 
 /**
+ * The part of the application a feature registers its commands into: the
+ * `JupyterFrontEnd` itself, or anything else holding a command registry.
+ */
+export interface ICommandsHost {
+  /** The application's command registry. */
+  readonly commands: CommandRegistry;
+}
+
+/**
  * Id of the main plugin; also the id of its settings schema.
  */
 export const PLUGIN_ID = 'jupyter-gpu-pause:plugin';
@@ -87,31 +94,19 @@ export const PLUGIN_ID = 'jupyter-gpu-pause:plugin';
 export const PANEL_ID = 'jupyter-gpu-pause-panel';
 
 /**
- * What the core plugin shares with the panel and notebook plugins.
- */
-export interface IGpuPause {
-  /** The REST client. */
-  readonly api: GpuPauseAPI;
-  /** Every tracked session, polled once for all views. */
-  readonly model: SessionsModel;
-  /** The user's settings in force. */
-  readonly settings: Readonly<IGpuPauseSettings>;
-  /** Emitted when the settings change. */
-  readonly settingsChanged: ISignal<IGpuPause, void>;
-}
-
-/**
- * The token of the core plugin's service.
- */
-export const IGpuPause = new Token<IGpuPause>(
-  'jupyter-gpu-pause:IGpuPause',
-  'The sessions model and REST client of jupyter-gpu-pause.'
-);
-
-/**
  * Translation domain of every user-visible string.
  */
 export const TRANSLATION_DOMAIN = 'jupyter_gpu_pause';
+
+/**
+ * The schemas of the REST API's OpenAPI document
+ * (`jupyter_gpu_pause/server/web/api.yaml`, generated into
+ * `generated/openapi.ts` by `jlpm gen:api`). The shapes below are derived
+ * from them, so a field the document drops or changes fails to compile
+ * where the Lab reads it; the document's descriptions say what each field
+ * means.
+ */
+type Schemas = components['schemas'];
 
 /**
  * Lifecycle state of a session.
@@ -128,26 +123,28 @@ export const TRANSLATION_DOMAIN = 'jupyter_gpu_pause';
  * - `restoring`: a new kernel is up and loading the state; see `progress`.
  * - `failed`: the last operation failed; see `error`.
  */
-export type SessionState =
-  | 'active'
-  | 'idle'
-  | 'pausing'
-  | 'suspended'
-  | 'paused'
-  | 'waiting'
-  | 'restoring'
-  | 'failed';
+export type SessionState = Schemas['SessionState'];
+
+/**
+ * Options of a resume request (`POST sessions/{id}/resume`): the checkpoint
+ * to restore (the latest valid one when omitted), where the kernel may run
+ * (the server's default when omitted), and a running kernel to restore
+ * into, overwriting its variables.
+ */
+export type IResumeOptions = NonNullable<
+  operations['resumeSession']['requestBody']
+>['content']['application/json'];
 
 /**
  * Where a resumed kernel may run.
  */
-export type ResumeDevice = 'gpu' | 'cpu' | 'any';
+export type ResumeDevice = NonNullable<IResumeOptions['device']>;
 
 /**
  * Where a resumed kernel was placed: on a GPU, or on the CPU with no GPU
  * visible.
  */
-export type KernelDevice = 'gpu' | 'cpu';
+export type KernelDevice = NonNullable<ISession['device']>;
 
 /**
  * Why a resume waits, as a stable code (the session's `message` says it in
@@ -166,200 +163,56 @@ export type WaitReason =
  * What a waiting resume waits for. The queue gives a position, never an
  * ETA: it cannot know when others release their GPUs.
  */
-export interface IWaiting {
-  /** When the wait began (ISO 8601 UTC); the time waited counts from here. */
-  since: string;
-  /** Why it still waits; newer servers may send other codes. */
-  reason: WaitReason | string;
-  /** GPU memory the restore needs, in bytes. */
-  needs_bytes: number;
-  /** The device asked for: a GPU, or `any` (a GPU when one is free). */
-  device: 'gpu' | 'any';
-}
+export type IWaiting = Schemas['Waiting'];
 
 /**
  * An error as the server reports it: a sentence for the user and a code.
  */
-export interface IApiError {
-  /** A sentence a user understands: what happened and what to do. */
-  message: string;
-  /** A stable machine-readable code, e.g. `wrong-state`. */
-  reason?: string;
-}
+export type IApiError = Schemas['Error'];
 
 /**
  * GPU resources a session's kernel holds.
  */
-export interface IGpuInfo {
-  /** Device UUIDs the kernel uses. */
-  devices: string[];
-  /** The same devices' indices, as `nvidia-smi` numbers them. */
-  indices?: number[];
-  /** GPU memory held by the kernel, in bytes. */
-  memory_bytes: number | null;
-  /** Current GPU utilisation, in percent. */
-  utilization: number | null;
-}
+export type IGpuInfo = Schemas['GpuUsage'];
 
 /**
  * The latest checkpoint of a session, as summarised in a session record.
+ * Its `gpu_bytes` above 0 makes a resume on the CPU a real choice (the GPU
+ * tensors come back in CPU memory).
  */
-export interface ICheckpointSummary {
-  /** Checkpoint id; sorts by creation time. */
-  id: string;
-  /** Creation time (ISO 8601 UTC). */
-  created: string;
-  /** Total size of the captured state, in bytes. */
-  bytes: number;
-  /** Number of objects saved. */
-  objects: number;
-  /** Number of objects that could not be saved. */
-  skipped: number;
-  /**
-   * Bytes of GPU (CUDA) tensors in it; more than 0 makes a resume on the
-   * CPU a real choice (they come back in CPU memory).
-   */
-  gpu_bytes: number;
-  /** The objects that could not be saved, with why (when the server says). */
-  skipped_objects?: ISkippedObject[];
-}
+export type ICheckpointSummary = Schemas['CheckpointBrief'];
 
 /**
- * An object that could not be saved, and why.
+ * An object that could not be saved (or restored), and why.
  */
-export interface ISkippedObject {
-  /** Variable name in the kernel's namespace. */
-  name: string;
-  /** Why it could not be saved. */
-  reason: string;
-}
+export type ISkippedObject = Schemas['NameReason'];
 
 /**
  * One checkpoint in full, as listed by `sessions/{id}/checkpoints`.
  */
-export interface ICheckpoint {
-  /** Checkpoint id; sorts by creation time. */
-  id: string;
-  /** Creation time (ISO 8601 UTC). */
-  created: string;
-  /** Total size of the captured state, in bytes. */
-  bytes: number;
-  /** Bytes written for this checkpoint (not shared with earlier ones). */
-  new_bytes: number;
-  /** Objects saved, with their sizes. */
-  objects: { name: string; bytes: number }[];
-  /** Objects that could not be saved, with why. */
-  skipped: { name: string; reason: string }[];
-  /** Whether the signature and every blob hash verify. */
-  valid: boolean;
-}
+export type ICheckpoint = Schemas['Checkpoint'];
 
 /** Progress of a running pause, restore or rebuild. */
-export interface IProgress {
-  /** Current phase, e.g. `writing`, `loading` or `rebuilding`. */
-  phase: string;
-  /** Handled so far: bytes, or cells when `unit` is `cells`. */
-  done_bytes: number;
-  /** In total, when known. */
-  total_bytes: number | null;
-  /** What the counts count: bytes when absent, `cells` in a rebuild. */
-  unit?: 'bytes' | 'cells' | string;
-}
+export type IProgress = Schemas['Progress'];
 
 /**
- * Why a session's last operation failed.
+ * Why a session's last operation failed, and whether the user's state is
+ * safe.
  */
-export interface ISessionError {
-  /** A sentence a user understands: what happened and what to do. */
-  message: string;
-  /** A stable machine-readable code. */
-  reason?: string | null;
-  /** Whether the user's state is safe (kernel running, or a checkpoint kept). */
-  state_intact?: boolean;
-}
+export type ISessionError = Schemas['SessionError'];
 
 /**
- * The last restore of a session: what came back and what did not.
+ * The last restore of a session: what came back and what did not, the
+ * rebuild plan for what re-running cells can make again, and the kernel's
+ * ambient state.
  */
-export interface IRestoreReport {
-  /** Checkpoint restored from. */
-  checkpoint_id?: string;
-  /** Names restored. */
-  restored?: string[];
-  /** Names that could not be restored, with why. */
-  failed?: ISkippedObject[];
-  /** How re-run cells can make what did not come back; `null`: nothing to. */
-  rebuild?: IRebuildPlan | null;
-  /**
-   * The kernel's ambient state: what came back, what was re-run, what
-   * could not; absent or `null` from an older agent or with it turned off.
-   */
-  ambient?: IRestoreAmbient | null;
-}
+export type IRestoreReport = Schemas['RestoreReport'];
 
 /**
- * A tracked notebook or console and its kernel.
+ * A tracked notebook or console and its kernel, under an id that survives
+ * pause and resume (the kernel id does not).
  */
-export interface ISession {
-  /** Stable id; survives pause and resume (the kernel id does not). */
-  id: string;
-  /** Path of the notebook or console, relative to the server root. */
-  path: string;
-  /** `notebook` or `console`. */
-  type: string;
-  /** Current kernel id; `null` while paused (a suspended kernel keeps it). */
-  kernel_id: string | null;
-  /** Kernelspec name. */
-  kernel_name: string;
-  /** Lifecycle state. */
-  state: SessionState;
-  /** Seconds since the last activity. */
-  idle_seconds: number | null;
-  /** Time of the last activity (ISO 8601 UTC). */
-  last_activity: string | null;
-  /** When a policy will pause the session (ISO 8601 UTC). */
-  pause_at: string | null;
-  /** Name of the policy that applies. */
-  policy: string | null;
-  /** GPU resources held. */
-  gpu: IGpuInfo | null;
-  /** Latest checkpoint. */
-  checkpoint: ICheckpointSummary | null;
-  /** Progress of a running pause or restore, or of a suspended kernel's checkpoint. */
-  progress: IProgress | null;
-  /** Position in the node's GPU queue while `waiting`; 1 is next in line. */
-  queue_position: number | null;
-  /** What a `waiting` session waits for; `null` in every other state. */
-  waiting: IWaiting | null;
-  /**
-   * A `suspended` session's GPU release and checkpoint; `null` in every
-   * other state, absent from servers without suspend in place.
-   */
-  suspended?: ISuspended | null;
-  /** Where the last resume placed the running kernel; `null` before any. */
-  device: KernelDevice | null;
-  /** Whether the session counts as a GPU session (uses or needs a GPU). */
-  gpu_session: boolean;
-  /**
-   * The server (`user@host:port`) that runs this session now, resumed there
-   * from the shared store; `null` when it does not run elsewhere.
-   */
-  running_elsewhere?: string | null;
-  /**
-   * The kernel a paused notebook has open (JupyterLab started it on opening
-   * the notebook) that has run nothing yet: Resume restores into it without
-   * asking. `null` otherwise.
-   */
-  open_kernel?: string | null;
-  /** Why the last operation failed. */
-  error: ISessionError | string | null;
-  /** A one-line summary for the user. */
-  message: string | null;
-  /** The last restore report, when the session was resumed. */
-  restore?: IRestoreReport | null;
-  /** GPU time held, when the server accounts for it. */
-  accounting?: IAccounting | null;
-}
+export type ISession = Schemas['Session'];
 
 /**
  * Types of lifecycle events: exactly the `enum` of the server's event schema
@@ -392,17 +245,25 @@ export type EventType =
   | 'rebuild_failed';
 
 /**
- * A lifecycle event, as listed by `GET events`.
+ * Compiles only while {@link EventType} lists exactly the `EventType` enum
+ * of the OpenAPI document.
  */
-export interface IEvent {
-  /** When it happened (ISO 8601 UTC). */
-  time: string;
-  /** The session it concerns. */
-  session_id: string;
+export type EventTypeMatchesSpec = IsTrue<
+  [EventType] extends [Schemas['EventType']]
+    ? [Schemas['EventType']] extends [EventType]
+      ? true
+      : false
+    : false
+>;
+
+/**
+ * A lifecycle event, as listed by `GET events`. Its `type` may be one this
+ * client does not know yet (a newer server), and its open-ended `detail`
+ * is read as below.
+ */
+export interface IEvent extends Omit<Schemas['Event'], 'type' | 'detail'> {
   /** What happened. */
   type: EventType | string;
-  /** Who caused it: `user`, `policy:<name>`, `preemption`, `shutdown`. */
-  reason: string;
   /**
    * Event-specific details; `message` is a sentence for the user. A
    * `waiting` event adds `position` and `reason`; a `resumed` event adds
@@ -436,59 +297,23 @@ export interface ILifecycleEmission extends IEvent {
 /**
  * An admin's idle policy, as in force on the server.
  */
-export interface IPolicy {
-  /** Policy name. */
-  name: string;
-  /** Seconds idle before the action. */
-  idle_timeout: number;
-  /** Seconds of warning before the action. */
-  warn_before: number;
-  /** `pause`, `cull`, `warn` or `none`. */
-  action: string;
-  /** Longest keep-alive a user may ask for, in seconds. */
-  max_keepalive: number;
-}
+export type IPolicy = Schemas['Policy'];
 
 /**
- * The dry run of a pause: what would be saved and what not.
+ * The dry run of a pause (`POST sessions/{id}/check`): what would be saved
+ * and what not, why a pause would fail (a registered name cannot be
+ * saved), and what of the kernel's ambient state would not continue after
+ * the resume.
  */
-export interface ICheckReport {
-  /** Objects that would be saved. */
-  objects: { name: string; bytes: number }[];
-  /** Objects that cannot be saved, with why. */
-  skipped: ISkippedObject[];
-  /** Names registered as required. */
-  registered?: string[];
-  /** Why a pause would fail (a registered name cannot be saved); `null` when it would not. */
-  error?: string | null;
-  /**
-   * The kernel's ambient state: what would travel and what would not
-   * continue after the resume; absent or `null` from an older agent.
-   */
-  ambient?: ICheckAmbient | null;
-}
+export type ICheckReport = Schemas['CheckReport'];
 
 /**
- * Options of a resume request.
+ * Filters of a session listing (`GET sessions`): the sessions of a
+ * notebook or console path, or the session of a kernel.
  */
-export interface IResumeOptions {
-  /** Checkpoint to restore; the latest valid one when omitted. */
-  checkpoint_id?: string;
-  /** Where the kernel may run; the server's default when omitted. */
-  device?: ResumeDevice;
-  /** Restore into this running kernel, overwriting its variables. */
-  into_kernel?: string;
-}
-
-/**
- * Filters of a session listing.
- */
-export interface ISessionQuery {
-  /** Only sessions of this notebook or console path. */
-  path?: string;
-  /** Only the session of this kernel. */
-  kernel_id?: string;
-}
+export type ISessionQuery = NonNullable<
+  operations['listSessions']['parameters']['query']
+>;
 
 /**
  * The user settings of the extension (schema `schema/plugin.json`).
@@ -511,3 +336,8 @@ export const DEFAULT_SETTINGS: Readonly<IGpuPauseSettings> = {
   showStatusBar: true,
   confirmBeforePause: true
 };
+
+/**
+ * Accepts `true` only: a check that fails to compile when it is not.
+ */
+type IsTrue<T extends true> = T;

@@ -31,7 +31,7 @@ import { CommandRegistry } from '@lumino/commands';
 import { IDisposable } from '@lumino/disposable';
 
 import { GpuPauseAPI } from '../api';
-import { BudgetNotifier } from '../budgetNotify';
+import { BudgetNotifier } from '../budget/notify';
 import { addCommands } from '../commands';
 import { SessionsModel } from '../model';
 import {
@@ -195,15 +195,17 @@ describe('a resume the budget refused', () => {
       api: { listSessions: async () => listed, events: async () => [] },
       refreshInterval: 5
     });
-    registered = addCommands({
-      api: new GpuPauseAPI(),
-      commands,
-      model,
-      settings: () => DEFAULT_SETTINGS,
-      tracker: null,
-      openPanel: () => undefined,
-      trans
-    });
+    registered = addCommands(
+      { commands },
+      {
+        api: new GpuPauseAPI(),
+        model,
+        settings: () => DEFAULT_SETTINGS,
+        tracker: null,
+        openPanel: () => undefined,
+        trans
+      }
+    );
     executed = [];
     // The CPU resume the toast offers: recorded, not run
     commands.commandExecuted.connect((_, args) => {

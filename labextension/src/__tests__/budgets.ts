@@ -30,6 +30,7 @@ export function makeBudget(overrides: Partial<IBudget> = {}): IBudget {
     ratio: 0.31,
     state: 'ok',
     retry_at: null,
+    text: '',
     ...overrides
   };
 }

@@ -89,20 +89,34 @@ describe('session commands', () => {
       },
       refreshInterval: 5
     });
-    registered = addCommands({
-      api: new GpuPauseAPI(),
-      commands,
-      model,
-      settings: () => DEFAULT_SETTINGS,
-      tracker: null,
-      openPanel: () => undefined,
-      trans
-    });
+    registered = addCommands(
+      { commands },
+      {
+        api: new GpuPauseAPI(),
+        model,
+        settings: () => DEFAULT_SETTINGS,
+        tracker: null,
+        openPanel: () => undefined,
+        trans
+      }
+    );
   });
 
   afterEach(() => {
     registered.dispose();
     model.dispose();
+  });
+
+  it('registers the command of every feature, and removes them on dispose', () => {
+    // Given addCommands has run (beforeEach)
+    const ids = Object.values(CommandIDs) as string[];
+    // Then each feature's commands are there: the lifecycle's, the
+    // rebuild's and the panel's
+    expect(ids.filter(id => !commands.hasCommand(id))).toEqual([]);
+    // When its result is disposed
+    registered.dispose();
+    // Then none is left
+    expect(ids.filter(id => commands.hasCommand(id))).toEqual([]);
   });
 
   it("posts cancel and resume-on-CPU from a waiting row's buttons", async () => {

@@ -199,13 +199,21 @@ describe('format', () => {
   it('says what is safe after a failure', () => {
     expect(
       errorText(
-        { message: 'the store is full', state_intact: true },
+        {
+          message: 'the store is full',
+          reason: 'store-full',
+          state_intact: true
+        },
         untranslated
       )
     ).toBe('The store is full. Your state is intact.');
     expect(
       errorText(
-        { message: 'The kernel died.', state_intact: false },
+        {
+          message: 'The kernel died.',
+          reason: 'kernel-died',
+          state_intact: false
+        },
         untranslated
       )
     ).toBe('The kernel died. Some of your state may be lost.');
@@ -214,6 +222,7 @@ describe('format', () => {
       errorText(
         {
           message: 'Pause failed. The kernel is still running.',
+          reason: 'pause-failed',
           state_intact: true
         },
         untranslated

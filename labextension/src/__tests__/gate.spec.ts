@@ -27,7 +27,7 @@ import { NotebookPanel } from '@jupyterlab/notebook';
 import { CommandRegistry } from '@lumino/commands';
 import { Signal } from '@lumino/signaling';
 
-import { KernelGate } from '../gate';
+import { KernelGate } from '../session/gate';
 import { ISession } from '../tokens';
 import { makeCheckpoint, makeSession, makeSuspended } from './sessions';
 import { trans } from './translation';

@@ -25,12 +25,9 @@ import { CommandRegistry } from '@lumino/commands';
 import { ReadonlyPartialJSONObject } from '@lumino/coreutils';
 
 import { SessionsModel } from '../model';
-import { EventNotifier } from '../notify';
-import {
-  pauseFailedText,
-  resumedText,
-  suspendedEventText
-} from '../notifyText';
+import { EventNotifier } from '../session/notify';
+import { pauseFailedText, resumedText } from '../session/text';
+import { suspendedEventText } from '../suspend/text';
 import { CommandIDs, EventType, IEvent, ISession } from '../tokens';
 import {
   makeCheckpoint,

@@ -18,8 +18,8 @@ import { Widget } from '@lumino/widgets';
 
 import { GpuPauseError } from '../api';
 import { SessionsModel } from '../model';
-import { tierHint, tierText } from '../suspendText';
-import { IBudgets, ICapacity, IEvent, ISession } from '../tokens';
+import { tierHint, tierText } from '../suspend/text';
+import { IBudgets, ICapacity, IEvent, IPauseTier, ISession } from '../tokens';
 import { BudgetLine } from '../widgets/budget';
 import { GpuHoursChart } from '../widgets/chart';
 import { SessionsPanel } from '../widgets/panel';
@@ -29,7 +29,7 @@ import { makeSession, makeSuspended } from './sessions';
 import { trans } from './translation';
 import { visibleLines } from './visible';
 
-const SUSPEND_TIER = {
+const SUSPEND_TIER: IPauseTier = {
   name: 'suspend',
   reason: 'the CUDA driver 570.86 has the checkpoint API',
   driver_version: '570.86'
@@ -61,6 +61,8 @@ describe('SessionsPanel', () => {
             gpu_hours_idle: 0,
             gpu_hours_reclaimed: 0
           },
+          until: '',
+          sessions: [],
           days: []
         })
       },
@@ -90,7 +92,11 @@ describe('SessionsPanel', () => {
   beforeEach(() => {
     listed = [];
     asked = 0;
-    capacity = async () => ({ provider: 'nvml', tier: SUSPEND_TIER });
+    capacity = async () => ({
+      provider: 'nvml',
+      queue_available: true,
+      tier: SUSPEND_TIER
+    });
   });
 
   afterEach(() => {
@@ -106,7 +112,7 @@ describe('SessionsPanel', () => {
     ],
     [
       {
-        name: 'checkpoint',
+        name: 'checkpoint' as const,
         reason: 'no CUDA driver on this machine (libcuda.so.1 not found)',
         driver_version: null
       },
@@ -116,7 +122,11 @@ describe('SessionsPanel', () => {
     'says under the summary which pause tier is in force: %j',
     async (tier, line) => {
       // Given a server naming its tier, and one suspended kernel beside a running one
-      capacity = async () => ({ provider: 'nvml', tier });
+      capacity = async () => ({
+        provider: 'nvml',
+        queue_available: true,
+        tier
+      });
       listed = [makeSuspended('written'), makeSession({ id: 's2' })];
       // When the panel opens
       const node = open();
@@ -137,7 +147,8 @@ describe('SessionsPanel', () => {
 
   it('shows no tier line for a server that names none, and asks it once', async () => {
     // Given a server without suspend in place: its capacity has no tier
-    capacity = async () => ({ provider: 'quota' });
+    // (an older server's answer, off the current contract)
+    capacity = async () => ({ provider: 'quota' }) as ICapacity;
     const node = open();
     await settle();
     // Then no line says a tier
@@ -158,7 +169,11 @@ describe('SessionsPanel', () => {
     await settle();
     expect(visibleLines(node).join('\n')).not.toContain('Pause tier');
     // When it answers and the panel is shown again
-    capacity = async () => ({ provider: 'nvml', tier: SUSPEND_TIER });
+    capacity = async () => ({
+      provider: 'nvml',
+      queue_available: true,
+      tier: SUSPEND_TIER
+    });
     panel.hide();
     panel.show();
     await settle();
@@ -196,8 +211,9 @@ describe('the pause tier line, in words', () => {
       /^$/
     ]
   ])('names the tier %j and why', (tier, text, hint) => {
-    expect(tierText(tier, trans)).toBe(text);
-    expect(tierHint(tier, trans)).toMatch(hint);
+    // ('hibernate': a tier of a newer server, off this client's contract)
+    expect(tierText(tier as IPauseTier, trans)).toBe(text);
+    expect(tierHint(tier as IPauseTier, trans)).toMatch(hint);
   });
 });
 
@@ -231,6 +247,8 @@ describe('the budget line in the panel', () => {
             gpu_hours_idle: 0,
             gpu_hours_reclaimed: 0
           },
+          until: '',
+          sessions: [],
           days: []
         })
       },
@@ -250,7 +268,7 @@ describe('the budget line in the panel', () => {
       model,
       chart,
       tier: new PauseTierLine(
-        { capacity: async () => ({ provider: 'nvml' }) },
+        { capacity: async () => ({ provider: 'nvml' }) as ICapacity },
         trans
       ),
       budget,
@@ -270,7 +288,12 @@ describe('the budget line in the panel', () => {
   beforeEach(() => {
     asked = 0;
     events = [];
-    answer = async () => ({ admin: false, budgets: [makeBudget()] });
+    answer = async () => ({
+      admin: false,
+      configured: true,
+      user: null,
+      budgets: [makeBudget()]
+    });
   });
 
   afterEach(() => {
@@ -300,7 +323,12 @@ describe('the budget line in the panel', () => {
 
   it('colours the line past the warning threshold, and more strongly once held', async () => {
     // Given a budget past its warning threshold
-    answer = async () => ({ admin: false, budgets: [makeWarned()] });
+    answer = async () => ({
+      admin: false,
+      configured: true,
+      user: null,
+      budgets: [makeWarned()]
+    });
     const node = open();
     await run();
     // Then the line is warn-coloured and says the share used
@@ -311,7 +339,12 @@ describe('the budget line in the panel', () => {
       true
     );
     // When the budget is used up and the panel refreshes
-    answer = async () => ({ admin: false, budgets: [makeHeld()] });
+    answer = async () => ({
+      admin: false,
+      configured: true,
+      user: null,
+      budgets: [makeHeld()]
+    });
     (node.querySelector('.jp-GpuPause-refresh') as HTMLElement).click();
     await run();
     // Then the line is error-coloured and says until when GPUs are held
@@ -329,7 +362,12 @@ describe('the budget line in the panel', () => {
 
   it('shows no line when no budget applies, or the server has no budgets', async () => {
     // Given a user without a budget (or exempt)
-    answer = async () => ({ admin: false, budgets: [] });
+    answer = async () => ({
+      admin: false,
+      configured: true,
+      user: null,
+      budgets: []
+    });
     const node = open();
     await run();
     expect(asked).toBe(1);
@@ -353,6 +391,8 @@ describe('the budget line in the panel', () => {
     // Given an admin, whose answer lists every user's budget
     answer = async () => ({
       admin: true,
+      configured: true,
+      user: null,
       budgets: [
         makeHeld({ name: 'bob', user: 'bob' }),
         makeBudget({ name: 'root', user: 'root', used_hours: 2 })
@@ -371,6 +411,7 @@ describe('the budget line in the panel', () => {
     // gives the Lab an anonymous identity)
     answer = async () => ({
       admin: true,
+      configured: true,
       user: 'root',
       budgets: [
         makeHeld({ name: 'bob', user: 'bob' }),
@@ -407,7 +448,12 @@ describe('the budget line in the panel', () => {
     // Then the budget is not asked again (its own poll is slow)
     expect(asked).toBe(1);
     // When the budget is held and its event arrives
-    answer = async () => ({ admin: false, budgets: [makeHeld()] });
+    answer = async () => ({
+      admin: false,
+      configured: true,
+      user: null,
+      budgets: [makeHeld()]
+    });
     events = [
       ...events,
       {

@@ -22,7 +22,7 @@ import { CommandRegistry } from '@lumino/commands';
 import { ReadonlyPartialJSONObject } from '@lumino/coreutils';
 
 import { SessionsModel } from '../model';
-import { RebuildNotifier } from '../rebuildNotify';
+import { RebuildNotifier } from '../rebuild/notify';
 import { CommandIDs, IEvent, IRebuildPlan, ISession } from '../tokens';
 import { makeSession } from './sessions';
 import { trans } from './translation';
@@ -94,7 +94,11 @@ function rebuilt(reason = 'user'): IEvent {
 /** A session resumed with the plan on offer. */
 function offering(overrides: Partial<ISession> = {}): ISession {
   return makeSession({
-    restore: { restored: ['data', 'hashlib', 'model'], rebuild: PLAN },
+    restore: {
+      restored: ['data', 'hashlib', 'model'],
+      failed: [],
+      rebuild: PLAN
+    },
     ...overrides
   });
 }
@@ -207,7 +211,9 @@ describe('RebuildNotifier', () => {
       names: [],
       cells: [],
       seconds: 0,
-      unbuildable: [{ name: 'g1', reason: 'its cell is marked gp-no-rerun' }]
+      unbuildable: [{ name: 'g1', reason: 'its cell is marked gp-no-rerun' }],
+      text: null,
+      problem: null
     };
     await poll([makeSession()], [resumed(plan)]);
     expect(toasts.map(t => t.message)).toEqual([

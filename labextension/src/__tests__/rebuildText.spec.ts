@@ -3,7 +3,7 @@
  * bring back and exactly which cells would run, before anything runs; what
  * a rebuild did; and, when it stopped, that nothing was changed.
  */
-import { resumedText } from '../notifyText';
+import { resumedText } from '../session/text';
 import {
   cellLines,
   cellsText,
@@ -12,7 +12,7 @@ import {
   planSecondsText,
   rebuildFailedText,
   rebuiltText
-} from '../rebuildText';
+} from '../rebuild/text';
 import { IEvent, IRebuildPlan } from '../tokens';
 import { trans } from './translation';
 
@@ -73,7 +73,9 @@ describe('rebuild texts', () => {
       names: [],
       cells: [],
       seconds: 0,
-      unbuildable: [{ name: 'g', reason: 'the checkpoint has no cell log' }]
+      unbuildable: [{ name: 'g', reason: 'the checkpoint has no cell log' }],
+      text: null,
+      problem: null
     };
     expect(offerText(plan, [], trans)).toBe(
       '`g` did not come back and cannot be rebuilt. Cannot rebuild `g`: the checkpoint has no cell log.'

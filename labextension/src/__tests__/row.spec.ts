@@ -224,7 +224,11 @@ describe('SessionRow', () => {
             }
           ],
           seconds: 0.001,
-          unbuildable: [{ name: 'g', reason: 'its cell is marked gp-no-rerun' }]
+          unbuildable: [
+            { name: 'g', reason: 'its cell is marked gp-no-rerun' }
+          ],
+          text: null,
+          problem: null
         }
       }
     });
@@ -254,7 +258,7 @@ describe('SessionRow', () => {
         phase: 'rebuilding',
         done_bytes: 1,
         total_bytes: 2,
-        unit: 'cells'
+        unit: 'cells' as const
       }
     };
     row.update(rebuilding, NOW);

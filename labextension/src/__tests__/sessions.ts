@@ -24,10 +24,20 @@ export function makeSession(overrides: Partial<ISession> = {}): ISession {
     progress: null,
     queue_position: null,
     waiting: null,
+    suspended: null,
     device: null,
     gpu_session: false,
+    running_elsewhere: null,
+    open_kernel: null,
     error: null,
     message: null,
+    restore: null,
+    last_operation: null,
+    accounting: {
+      gpu_seconds_held: 0,
+      gpu_seconds_idle: 0,
+      gpu_seconds_reclaimed: 0
+    },
     ...overrides
   };
 }

@@ -16,8 +16,8 @@ import {
   suspendedDetails,
   suspendedLabel,
   suspendedMessage
-} from '../suspendText';
-import { CommandIDs } from '../tokens';
+} from '../suspend/text';
+import { CommandIDs, SuspendCheckpoint } from '../tokens';
 import { makeSession, makeSuspended } from './sessions';
 import { trans } from './translation';
 
@@ -51,7 +51,8 @@ describe('a suspended session', () => {
       makeSuspended('written', null, {
         suspended: {
           ...makeSuspended('written').suspended!,
-          checkpoint: 'verifying'
+          // a word of a newer server, off this client's contract
+          checkpoint: 'verifying' as SuspendCheckpoint
         }
       }),
       'Suspended'
@@ -71,7 +72,11 @@ describe('a suspended session', () => {
     [
       'an error, whatever the record says',
       makeSuspended('writing', null, {
-        error: { message: 'disk gone', state_intact: true }
+        error: {
+          message: 'disk gone',
+          reason: 'write-failed',
+          state_intact: true
+        }
       }),
       'failed'
     ],

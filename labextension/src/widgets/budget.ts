@@ -9,7 +9,7 @@ import type { TranslationBundle } from '@jupyterlab/translation';
 import { Poll } from '@lumino/polling';
 
 import { GpuPauseAPI, GpuPauseError } from '../api';
-import { budgetHeldText, budgetHint, budgetText } from '../budgetText';
+import { budgetHeldText, budgetHint, budgetText } from '../budget/text';
 import { IBudget, IBudgets } from '../tokens';
 import { el, setText } from './dom';
 

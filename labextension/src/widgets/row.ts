@@ -5,7 +5,7 @@
  */
 import type { TranslationBundle } from '@jupyterlab/translation';
 
-import { ambientRestoreText } from '../ambientText';
+import { ambientRestoreText } from '../ambient/text';
 import {
   isRebuilding,
   rebuildOffer,
@@ -29,12 +29,12 @@ import {
   stateLabel,
   waitReasonText
 } from '../format';
-import { cellLabel, cellLines, offerText } from '../rebuildText';
+import { cellLabel, cellLines, offerText } from '../rebuild/text';
 import {
   resumeInPlaceHint,
   suspendedDetails,
   suspendedMessage
-} from '../suspendText';
+} from '../suspend/text';
 import { CommandIDs, IRebuildPlan, ISession } from '../tokens';
 import { el, setText } from './dom';
 

@@ -12,7 +12,7 @@ import { Widget } from '@lumino/widgets';
 import { primaryCommand, suspendPhase } from '../actions';
 import { errorText, statusText, waitReasonText } from '../format';
 import { SessionsModel } from '../model';
-import { suspendedMessage } from '../suspendText';
+import { suspendedMessage } from '../suspend/text';
 import { CommandIDs, ISession } from '../tokens';
 import { setText } from './dom';
 

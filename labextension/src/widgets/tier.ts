@@ -8,7 +8,7 @@
 import type { TranslationBundle } from '@jupyterlab/translation';
 
 import { GpuPauseAPI } from '../api';
-import { tierHint, tierText } from '../suspendText';
+import { tierHint, tierText } from '../suspend/text';
 import { IPauseTier } from '../tokens';
 
 /**

@@ -12,7 +12,6 @@ import { CommandRegistry } from '@lumino/commands';
 import { Widget } from '@lumino/widgets';
 
 import { isCapacityTimeout, primaryCommand, suspendPhase } from '../actions';
-import { notebookPath } from '../commands';
 import {
   countdownText,
   errorText,
@@ -27,7 +26,8 @@ import {
   resumeInPlaceHint,
   suspendedLabel,
   suspendedMessage
-} from '../suspendText';
+} from '../suspend/text';
+import { notebookPath } from '../target';
 import { CommandIDs, ISession } from '../tokens';
 import { setText } from './dom';
 

@@ -7,8 +7,8 @@
  */
 import type { TranslationBundle } from '@jupyterlab/translation';
 
-import { sentence } from './format';
-import { IAmbientItem, IRestoreAmbient } from './tokens';
+import { sentence } from '../format';
+import { IAmbientItem, IRestoreAmbient } from '../tokens';
 
 /**
  * Items with their reasons: "thread worker-1 (a running thread cannot

@@ -7,13 +7,13 @@
  */
 import type { TranslationBundle } from '@jupyterlab/translation';
 
-import { durationText, sentence } from './format';
+import { durationText, sentence } from '../format';
 import {
   IRebuildCell,
   IRebuildFailedDetail,
   IRebuildPlan,
   IRebuiltDetail
-} from './tokens';
+} from '../tokens';
 
 /**
  * How many names a sentence lists before "and 3 more".

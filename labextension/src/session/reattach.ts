@@ -8,7 +8,7 @@
 import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
 import { Session } from '@jupyterlab/services';
 
-import { notebookPath } from './commands';
+import { notebookPath } from '../target';
 
 /**
  * Point every notebook open at `path` to the kernel `kernelId`; a notebook

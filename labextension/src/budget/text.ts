@@ -6,8 +6,8 @@
  * composed from the server's ISO fields, so they are on the user's clock.
  * Pure functions: no DOM, no server.
  */
-import { clockText, sentence, Trans } from './format';
-import { IBudget, IBudgetDetail, IEvent } from './tokens';
+import { clockText, sentence, Trans } from '../format';
+import { IBudget, IBudgetDetail, IEvent } from '../tokens';
 
 /**
  * GPU-hours with one decimal at most, the decimal dropped when it is zero

@@ -1,39 +1,25 @@
 /**
  * The shapes of a rebuild, as the server sends them (docs/rebuild.md): the
- * plan in a restore report and a `resumed` event, and the details of the
- * `rebuilt` and `rebuild_failed` events. Re-exported by `tokens.ts`.
+ * plan in a restore report and a `resumed` event (derived from the REST
+ * API's OpenAPI document), and the details of the `rebuilt` and
+ * `rebuild_failed` events (which the document leaves open). Re-exported by
+ * `tokens.ts`.
  */
-
-/**
- * One recorded cell a rebuild re-runs.
- */
-export interface IRebuildCell {
-  /** The cell's execution count (`[3]`); `null` when it had none. */
-  execution_count: number | null;
-  /** Its recorded run time in seconds; `null` when unknown. */
-  seconds: number | null;
-  /** Its first non-blank line (at most 200 characters). */
-  code?: string;
-}
+import type { components } from '../generated/openapi';
 
 /**
  * A rebuild plan: which names re-running which recorded cells makes again,
- * without touching what the checkpoint restored.
+ * without touching what the checkpoint restored; the names that cannot be
+ * rebuilt, with why; the server's one-line summary ("`h`: re-run cell [2]
+ * — 0.0 s"), and why nothing can be rebuilt at all (e.g. no cell log).
  */
-export interface IRebuildPlan {
-  /** Names the plan makes again; empty when none can be rebuilt. */
-  names: string[];
-  /** The cells it re-runs, in order. */
-  cells: IRebuildCell[];
-  /** Their recorded run time together; `null` when one is unknown. */
-  seconds: number | null;
-  /** Names that cannot be rebuilt, with why. */
-  unbuildable: { name: string; reason: string }[];
-  /** The server's one-line summary ("`h`: re-run cell [2] — 0.0 s"). */
-  text?: string | null;
-  /** Why nothing can be rebuilt at all (e.g. no cell log), when so. */
-  problem?: string | null;
-}
+export type IRebuildPlan = components['schemas']['RebuildPlan'];
+
+/**
+ * One recorded cell a rebuild re-runs: its execution count (`[3]`), its
+ * recorded run time in seconds, its first non-blank line.
+ */
+export type IRebuildCell = IRebuildPlan['cells'][number];
 
 /**
  * The detail of a `rebuilt` event: what came back, by re-running what.
@@ -42,7 +28,7 @@ export interface IRebuiltDetail {
   /** Names made again. */
   names?: string[];
   /** The cells re-run (without their code). */
-  cells?: IRebuildCell[];
+  cells?: Pick<IRebuildCell, 'execution_count' | 'seconds'>[];
   /** How long the re-run took, in seconds. */
   seconds?: number | null;
   /** Bytes of restored values copied so the re-run could not change them. */

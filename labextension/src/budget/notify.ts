@@ -9,11 +9,11 @@ import { Notification } from '@jupyterlab/apputils';
 import type { TranslationBundle } from '@jupyterlab/translation';
 import { CommandRegistry } from '@lumino/commands';
 
-import { BUDGET_EXCEEDED, GpuPauseError } from './api';
-import { budgetEventText, budgetRefusedText } from './budgetText';
-import { ModelEventListener } from './eventListener';
-import { SessionsModel } from './model';
-import { CommandIDs, IEvent, ISession, SessionState } from './tokens';
+import { BUDGET_EXCEEDED, GpuPauseError } from '../api';
+import { ModelEventListener } from '../eventListener';
+import { SessionsModel } from '../model';
+import { CommandIDs, IEvent, ISession, SessionState } from '../tokens';
+import { budgetEventText, budgetRefusedText } from './text';
 
 /**
  * States from which a resume on the CPU starts a kernel of its own. A

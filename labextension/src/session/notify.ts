@@ -12,24 +12,13 @@ import { Session } from '@jupyterlab/services';
 import type { TranslationBundle } from '@jupyterlab/translation';
 import { CommandRegistry } from '@lumino/commands';
 
-import { isCapacityTimeout, offersCpuResume } from './actions';
-import { notCarriedText } from './ambientText';
-import { notebookPath } from './commands';
-import { bytesText, errorText, sentence } from './format';
-import { ModelEventListener } from './eventListener';
-import { SessionsModel } from './model';
-import {
-  failureText,
-  fileName,
-  pauseFailedText,
-  resumedAmbient,
-  resumedText,
-  skippedText,
-  suspendedEventText,
-  warnedText
-} from './notifyText';
-import { reattach } from './reattach';
-import { resumeInPlaceHint } from './suspendText';
+import { isCapacityTimeout, offersCpuResume } from '../actions';
+import { notCarriedText } from '../ambient/text';
+import { ModelEventListener } from '../eventListener';
+import { bytesText, errorText, fileName, sentence } from '../format';
+import { SessionsModel } from '../model';
+import { resumeInPlaceHint, suspendedEventText } from '../suspend/text';
+import { targetSession } from '../target';
 import {
   CommandIDs,
   IAmbientItem,
@@ -37,7 +26,16 @@ import {
   ISession,
   ISessionCommandArgs,
   SessionState
-} from './tokens';
+} from '../tokens';
+import { reattach } from './reattach';
+import {
+  failureText,
+  pauseFailedText,
+  resumedAmbient,
+  resumedText,
+  skippedText,
+  warnedText
+} from './text';
 
 /**
  * States a waiting resume reaches when a GPU became free for it.
@@ -111,22 +109,13 @@ export class EventNotifier extends ModelEventListener {
     if (!LEAVE_QUEUE.includes(executed.id)) {
       return;
     }
-    const session = this._sessionOf(executed.args as ISessionCommandArgs);
+    // The session as the commands resolve it.
+    const { model, tracker } = this._options;
+    const args = executed.args as ISessionCommandArgs;
+    const session = targetSession(args, model, tracker);
     if (session?.state === 'waiting') {
       this._leftByUser.add(session.id);
     }
-  }
-
-  /**
-   * The session a command's arguments name, as the commands resolve it.
-   */
-  private _sessionOf(args: ISessionCommandArgs): ISession | null {
-    const { model, tracker } = this._options;
-    if (args.sessionId) {
-      return model.byId(args.sessionId);
-    }
-    const current = tracker?.currentWidget;
-    return model.byPath(args.path ?? (current ? notebookPath(current) : null));
   }
 
   /**

@@ -2,17 +2,18 @@
  * The texts of suspend in place, shared by the panel, the notebook toolbar,
  * the status bar and the capacity line: a suspended kernel has released its
  * GPU but lives on with every variable, so it is never called paused, and
- * Resume brings it back in place. Pure functions: no DOM, no server.
+ * Resume brings it back in place; and the toast of a suspend. Pure
+ * functions: no DOM, no server.
  */
-import { suspendPhase } from './actions';
+import { suspendPhase } from '../actions';
 import {
   bytesText,
   clockText,
   durationText,
   progressRatio,
   Trans
-} from './format';
-import { IPauseTier, ISession } from './tokens';
+} from '../format';
+import { IEvent, IPauseTier, ISession } from '../tokens';
 
 /**
  * A short duration with a tenth of a second below ten seconds ("0.9 s"),
@@ -159,4 +160,34 @@ export function tierHint(tier: IPauseTier, trans: Trans): string {
     default:
       return '';
   }
+}
+
+/**
+ * The toast of a suspend: the GPU is released and the kernel lives on with
+ * every variable (and the host memory that takes) while its checkpoint is
+ * written.
+ */
+export function suspendedEventText(
+  path: string,
+  event: IEvent,
+  trans: Trans
+): string {
+  const seconds = event.detail.gpu_released_seconds;
+  const hostBytes = event.detail.host_bytes;
+  const released =
+    typeof seconds === 'number'
+      ? trans.__('GPU released in %1', secondsText(seconds, trans))
+      : trans.__('GPU released');
+  return typeof hostBytes === 'number'
+    ? trans.__(
+        'Suspended %1: %2; every variable stays in the kernel (%3 of host memory) while its checkpoint is written.',
+        path,
+        released,
+        bytesText(hostBytes)
+      )
+    : trans.__(
+        'Suspended %1: %2; every variable stays in the kernel while its checkpoint is written.',
+        path,
+        released
+      );
 }

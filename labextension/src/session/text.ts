@@ -6,28 +6,20 @@
  */
 import type { TranslationBundle } from '@jupyterlab/translation';
 
-import { ambientRestoreText } from './ambientText';
-import { bytesText, durationText, errorText, sentence } from './format';
-import { secondsText } from './suspendText';
+import { ambientRestoreText } from '../ambient/text';
+import { durationText, errorText, sentence } from '../format';
 import {
   IEvent,
   IRebuildPlan,
   IRestoreAmbient,
   ISession,
   ISkippedObject
-} from './tokens';
+} from '../tokens';
 
 /**
  * How many characters of a notification JupyterLab shows; it cuts the rest.
  */
 const TOAST_LENGTH = 140;
-
-/**
- * The file name of a path: it keeps a toast short.
- */
-export function fileName(path: string): string {
-  return path.split('/').pop() || path;
-}
 
 /**
  * The toast of a resume: in place (a suspended kernel back on a GPU), or
@@ -121,36 +113,6 @@ function withoutPlan(event: IEvent): string {
   return tail && message.endsWith(tail)
     ? message.slice(0, -tail.length)
     : message;
-}
-
-/**
- * The toast of a suspend: the GPU is released and the kernel lives on with
- * every variable (and the host memory that takes) while its checkpoint is
- * written.
- */
-export function suspendedEventText(
-  path: string,
-  event: IEvent,
-  trans: TranslationBundle
-): string {
-  const seconds = event.detail.gpu_released_seconds;
-  const hostBytes = event.detail.host_bytes;
-  const released =
-    typeof seconds === 'number'
-      ? trans.__('GPU released in %1', secondsText(seconds, trans))
-      : trans.__('GPU released');
-  return typeof hostBytes === 'number'
-    ? trans.__(
-        'Suspended %1: %2; every variable stays in the kernel (%3 of host memory) while its checkpoint is written.',
-        path,
-        released,
-        bytesText(hostBytes)
-      )
-    : trans.__(
-        'Suspended %1: %2; every variable stays in the kernel while its checkpoint is written.',
-        path,
-        released
-      );
 }
 
 /**

@@ -6,28 +6,25 @@
  * user has read what the cells would share.
  */
 import { Notification } from '@jupyterlab/apputils';
-import { INotebookTracker } from '@jupyterlab/notebook';
+import type { INotebookTracker } from '@jupyterlab/notebook';
 import type { TranslationBundle } from '@jupyterlab/translation';
-import { CommandRegistry } from '@lumino/commands';
 import { ReadonlyPartialJSONObject } from '@lumino/coreutils';
 import { IDisposable } from '@lumino/disposable';
 
-import { rebuildOffer } from './actions';
-import { GpuPauseAPI, GpuPauseError } from './api';
-import { notebookPath } from './commands';
-import { SessionsModel } from './model';
-import { CommandIDs, ISession, ISessionCommandArgs } from './tokens';
+import { rebuildOffer } from '../actions';
+import { GpuPauseAPI, GpuPauseError } from '../api';
+import type { SessionsModel } from '../model';
+import { targetSession } from '../target';
+import { CommandIDs, ICommandsHost, ISessionCommandArgs } from '../tokens';
 
 /**
  * What the rebuild command needs.
  */
-export interface IRebuildCommandOptions {
+export interface IRebuildCommandsDeps {
   /** The API client. */
   api: Pick<GpuPauseAPI, 'rebuild'>;
-  /** The application's command registry. */
-  commands: CommandRegistry;
   /** Every tracked session. */
-  model: SessionsModel;
+  model: Pick<SessionsModel, 'byId' | 'byPath' | 'update' | 'refresh'>;
   /** The notebook tracker, to act on the current notebook. */
   tracker: INotebookTracker | null;
   /** Translation of user-visible strings. */
@@ -53,22 +50,16 @@ const REBUILD_ARGS = {
 /**
  * Register the rebuild command; dispose the result to remove it.
  */
-export function addRebuildCommand(
-  options: IRebuildCommandOptions
+export function addRebuildCommands(
+  app: ICommandsHost,
+  deps: IRebuildCommandsDeps
 ): IDisposable {
-  const { api, commands, model, tracker, trans } = options;
-
+  const { api, model, tracker, trans } = deps;
   /** The session the arguments name, as last polled. */
-  const sessionOf = (args: ReadonlyPartialJSONObject): ISession | null => {
-    const a = args as ISessionCommandArgs;
-    if (a.sessionId) {
-      return model.byId(a.sessionId);
-    }
-    const current = tracker?.currentWidget;
-    return model.byPath(a.path ?? (current ? notebookPath(current) : null));
-  };
+  const sessionOf = (args: ReadonlyPartialJSONObject) =>
+    targetSession(args as ISessionCommandArgs, model, tracker);
 
-  return commands.addCommand(CommandIDs.rebuild, {
+  return app.commands.addCommand(CommandIDs.rebuild, {
     label: args =>
       (args as ISessionCommandArgs).confirm
         ? trans.__('Re-run anyway')

@@ -11,10 +11,17 @@ import { Notification } from '@jupyterlab/apputils';
 import type { TranslationBundle } from '@jupyterlab/translation';
 import { CommandRegistry } from '@lumino/commands';
 
-import { isRebuilding } from './actions';
-import { ModelEventListener } from './eventListener';
-import { SessionsModel } from './model';
-import { fileName } from './notifyText';
+import { isRebuilding } from '../actions';
+import { ModelEventListener } from '../eventListener';
+import { fileName } from '../format';
+import { SessionsModel } from '../model';
+import {
+  CommandIDs,
+  IEvent,
+  IRebuildFailedDetail,
+  IRebuildPlan,
+  IRebuiltDetail
+} from '../tokens';
 import {
   cellLines,
   cellsText,
@@ -22,14 +29,7 @@ import {
   offerText,
   rebuildFailedText,
   rebuiltText
-} from './rebuildText';
-import {
-  CommandIDs,
-  IEvent,
-  IRebuildFailedDetail,
-  IRebuildPlan,
-  IRebuiltDetail
-} from './tokens';
+} from './text';
 
 /**
  * Events after which a session's rebuild toast no longer applies.

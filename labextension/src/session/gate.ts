@@ -19,10 +19,10 @@ import { NotebookPanel } from '@jupyterlab/notebook';
 import type { TranslationBundle } from '@jupyterlab/translation';
 import { CommandRegistry } from '@lumino/commands';
 
-import { GpuPauseAPI } from './api';
-import { notebookPath } from './commands';
-import { fileName } from './notifyText';
-import { CommandIDs, ISession } from './tokens';
+import type { GpuPauseAPI } from '../api';
+import { fileName } from '../format';
+import { notebookPath } from '../target';
+import { CommandIDs, ISession } from '../tokens';
 
 /**
  * How long a notebook's kernel start waits for the server's answer, in
