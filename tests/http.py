@@ -14,8 +14,12 @@ from tests.openapi import check
 
 
 def request(url: str, token: str, method: str = "GET", body=None, timeout: float = 30):
-    """``(status, raw body)``; a POST sends ``body`` (or ``{}``) as JSON."""
-    data = json.dumps(body if body is not None else {}).encode() if method == "POST" else None
+    """``(status, raw body)``; a POST or PATCH sends ``body`` (or ``{}``) as JSON."""
+    data = (
+        json.dumps(body if body is not None else {}).encode()
+        if method in ("POST", "PATCH")
+        else None
+    )
     req = urllib.request.Request(
         url,
         data=data,

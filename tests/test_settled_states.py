@@ -81,3 +81,35 @@ def test_a_session_shown_paused_accepts_a_resume_and_shown_active_a_pause(server
     # Then every round paused and resumed: one paused and one resumed event each
     types = [e["type"] for e in gp.events(session=s["id"])]
     assert types.count("paused") == 2 * ROUNDS and types.count("resumed") == 2 * ROUNDS, types
+
+
+def _event(server: Server, sid: str, kind: str) -> bool:
+    """Whether ``sid`` has a ``kind`` event (the events are read without touching sessions)."""
+    code, body = server.api("GET", f"gpu-pause/api/events?session_id={sid}")
+    assert code == 200, body
+    return any(e["type"] == kind for e in body["events"])
+
+
+def test_a_notebook_renamed_just_before_its_pause_is_paused_under_its_new_name(server):
+    # Given a notebook with a value, open as JupyterLab opens it
+    code, js = server.api(
+        "POST",
+        "api/sessions",
+        {"path": "draft.ipynb", "type": "notebook", "name": "", "kernel": {"name": "python3"}},
+    )
+    assert code == 201, js
+    server.run(js["kernel"]["id"], "x = 7")
+    (s,) = [s for s in server.sessions().values() if s["kernel_id"] == js["kernel"]["id"]]
+    # When the user renames it (Lab moves its Jupyter session) and pauses at once
+    code, moved = server.api("PATCH", f"api/sessions/{js['id']}", {"path": "final.ipynb"})
+    assert code == 200, moved
+    code, body = server.api("POST", f"gpu-pause/api/sessions/{s['id']}/pause")
+    assert code == 202, body
+    # Then it is paused under its new path (looked at once the pause has ended, as a Lab that
+    # had not asked meanwhile would), which its resume goes on with
+    server.wait_until(lambda: _event(server, s["id"], "paused"), "the paused event")
+    paused = server.wait_state(s["id"])
+    assert (paused["state"], paused["path"]) == ("paused", "final.ipynb"), paused
+    back = server.resume(s["id"])
+    assert back["path"] == "final.ipynb"
+    assert server.run(back["kernel_id"], "print(x)").strip() == "7"

@@ -419,7 +419,11 @@ class Lifecycle:
 
     # -- pause ---------------------------------------------------------------------------------
     async def pause(self, session_id: str, reason: str = "user") -> Session:
-        """Start (or join) a pause; returns at once with the session in ``pausing``."""
+        """Start (or join) a pause; returns at once with the session in ``pausing``.
+
+        The table is read anew first: a notebook renamed a moment ago is paused under its new
+        path (the checkpoint records it, and its kernel is gone once the pause ends)."""
+        await self.table.refresh()
         async with self._admission:
             s = self.table.get(session_id)
             op = await self._settled(s)
