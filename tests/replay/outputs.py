@@ -8,9 +8,10 @@ size rather than its bytes (a PNG's bytes change with the font cache and the bac
 its size changes with ``figure.figsize`` and ``figure.dpi``, which is what a pause can lose).
 
 Masked in every text, because they differ between two plain runs for reasons no pause causes:
-memory addresses, clock times and today's date, durations (``%time``, fit logs), the run's own
-folder, and the element ids scikit-learn's HTML repr numbers from a process-wide counter (an id
-in a page's markup, never shown to the reader).
+memory addresses, clock times and today's date, durations (``%time``, fit logs), the number of
+loops ``%timeit`` chose (it picks as many as fill 0.2 s: a busier machine picks fewer), the run's
+own folder, and the element ids scikit-learn's HTML repr numbers from a process-wide counter (an
+id in a page's markup, never shown to the reader).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ _CLOCK = re.compile(r"\b\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?\b")
 _DURATION = re.compile(
     r"(?<![\w.])\d+(?:[.,]\d+)?(?:e-?\d+)?\s?(?:ns|µs|μs|us|ms|s|sec|secs|seconds|min)\b"
 )
+_TIMEIT_LOOPS = re.compile(r"\b\d[\d,]* loops? each\b")
 _SK_IDS = re.compile(r"\bsk-(?:container|estimator)-id-\d+")
 _TEXT_KINDS = ("text/plain", "text/latex", "text/html", "text/markdown")
 _SHOWN_FIRST = {"text/plain": 0, "text/latex": 1, "text/html": 2, "image/png": 3}
@@ -52,6 +54,7 @@ class Masks:
         text = self.today.sub("<date>", text)
         text = _CLOCK.sub("<time>", text)
         text = _DURATION.sub("<duration>", text)
+        text = _TIMEIT_LOOPS.sub("<n> loops each", text)
         return _SK_IDS.sub("sk-id", text)
 
 
