@@ -52,8 +52,16 @@ function notebook(): {
     session: null,
     ready: new Promise<void>(resolve => (resolveReady = resolve)),
     sessionChanged: new Signal<any, any>({}),
+    // JupyterLab's session context starts a session under the path it was
+    // made with, whatever the notebook is called by then
     startKernel: jest.fn(async () => {
-      context.session = { kernel: { id: 'k-new' } };
+      context.session = {
+        kernel: { id: 'k-new' },
+        path: context.path,
+        name: context.path.split('/').pop(),
+        setPath: jest.fn(async (p: string) => (context.session.path = p)),
+        setName: jest.fn(async (n: string) => (context.session.name = n))
+      };
       context.sessionChanged.emit(context.session);
       return false;
     })
@@ -68,7 +76,7 @@ function notebook(): {
   const panel = {
     isDisposed: false,
     sessionContext: context,
-    context: { localPath: PATH }
+    context: { path: PATH, localPath: PATH }
   } as unknown as NotebookPanel;
   return { panel, context, decide };
 }
@@ -125,6 +133,27 @@ describe('KernelGate', () => {
     expect(gate.heldAt(PATH)).toBeNull();
     // And the notification, now out of date, goes
     expect(Notification.dismiss).toHaveBeenCalledWith('toast-1');
+  });
+
+  it('moves the session of a notebook renamed while held to its new name', async () => {
+    // Given a new notebook the server knows nothing of, renamed while the
+    // gate asked the server about it (Untitled.ipynb → exp/train.ipynb)
+    let answer: (s: ISession[]) => void = () => undefined;
+    listed = () => new Promise(resolve => (answer = resolve));
+    const { panel, context, decide } = notebook();
+    context.path = 'exp/Untitled.ipynb';
+    gate.hold(panel);
+    await settle();
+    // When the server answers and the kernel starts
+    answer([]);
+    await settle();
+    await decide();
+    await settle();
+    // Then its Jupyter session is under the notebook's current path and name
+    expect(context.startKernel).toHaveBeenCalledTimes(1);
+    expect(context.session.setPath).toHaveBeenCalledWith(PATH);
+    expect(context.session.path).toBe(PATH);
+    expect(context.session.name).toBe('train.ipynb');
   });
 
   const answers = {

@@ -108,12 +108,33 @@ export class KernelGate {
     };
     // The context either starts the kernel now, or decided while held.
     await context.ready;
-    if (panel.isDisposed || context.session?.kernel) {
+    if (!panel.isDisposed && !context.session?.kernel) {
+      const needsSelection = await context.startKernel();
+      if (needsSelection && this._options.dialogs) {
+        await this._options.dialogs.selectKernel(context);
+      }
+    }
+    await this._followRename(panel);
+  }
+
+  /**
+   * Move the notebook's Jupyter session to the notebook's current path and
+   * name. JupyterLab moves a session when its notebook is renamed only if the
+   * session exists; one started later keeps the first name. A new notebook
+   * is named at once, often while its kernel start is held here.
+   */
+  private async _followRename(panel: NotebookPanel): Promise<void> {
+    const session = panel.sessionContext.session;
+    if (panel.isDisposed || !session) {
       return;
     }
-    const needsSelection = await context.startKernel();
-    if (needsSelection && this._options.dialogs) {
-      await this._options.dialogs.selectKernel(context);
+    const path = panel.context.path;
+    if (session.path !== path) {
+      await session.setPath(path);
+    }
+    const name = fileName(panel.context.localPath);
+    if (session.name !== name) {
+      await session.setName(name);
     }
   }
 
