@@ -160,9 +160,10 @@ class Resume(Operation):
     async def _restore_into(self, kid: str, manifest, grant: Grant):
         """Restore into ``kid``, falling back to older checkpoints that verify."""
         ctx = self.ctx
-        device: Device = "gpu" if grant.device == "gpu" else "cpu"
-        if grant.any or grant.device not in ("gpu", "cpu"):
-            device = "any"
+        # where the agent puts tensors: the grant's device; "any" (a visible GPU, else the CPU)
+        # for a grant of "any" and for a kernel placed by no grant (into_kernel)
+        places: dict[str, Device] = {"gpu": "gpu", "cpu": "cpu"}
+        device = "any" if grant.any else places.get(grant.device, "any")
         while True:
             self.clock.enter("verify")
             fallbacks = await self._fallbacks()
