@@ -8,6 +8,10 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 JLPM := PATH=$(CURDIR)/$(VENV)/bin:$$PATH jlpm
 UI_TESTS := labextension/ui-tests
 PY_SOURCES := jupyter_gpu_pause tests benchmarks $(UI_TESTS)/jupyter_server_test_config.py
+# What the server brings into a kernel (server/kernels/bundle.py): it runs on the kernel's
+# Python, 3.9 or newer, so lint holds it to 3.9's language and library.
+KERNEL_SOURCES := jupyter_gpu_pause/kernel jupyter_gpu_pause/store jupyter_gpu_pause/__init__.py \
+	jupyter_gpu_pause/version.py jupyter_gpu_pause/units.py
 # The prebuilt labextension and what it is built from (unit tests excluded).
 LABEXT_BUILT := jupyter_gpu_pause/labextension/package.json
 HUB_PROXY := tests/hub_proxy/node_modules/.bin/configurable-http-proxy
@@ -16,17 +20,20 @@ LABEXT_SOURCES := $(shell find labextension/src labextension/style labextension/
 
 GATEWAY_VENV := .venv-gateway
 GATEWAY_VERSION := 3.3.0
+PROJECT_VENV := .venv-project
 
-.PHONY: install lab test lint pytest jest ui-test chromium bench clean gateway-venv
+.PHONY: install lab test lint pytest jest ui-test chromium bench clean gateway-venv project-venv
 
 install: $(VENV)/.installed
 
-# torch is pinned first: a bare "torch" requirement would pull a multi-GB CUDA build.
+# torch is pinned first: a bare "torch" requirement would pull a multi-GB CUDA build. The bash
+# kernel (the [test] extra) is registered in the venv: the tests' kernel that is not Python.
 $(VENV)/.installed: pyproject.toml labextension/package.json labextension/yarn.lock
 	python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q torch==2.13.0 numpy
 	$(PIP) install -q -e ".[test,lab,s3]"
+	$(PY) -m bash_kernel.install --sys-prefix
 	touch $@
 
 lab: install
@@ -37,13 +44,14 @@ lint: install
 	$(VENV)/bin/ruff check $(PY_SOURCES)
 	$(VENV)/bin/ruff format --check $(PY_SOURCES)
 	$(VENV)/bin/mypy
+	$(VENV)/bin/vermin -q --no-tips --violations -t=3.9- $(KERNEL_SOURCES)
 	cd labextension && $(JLPM) lint:check
 
 # Two workers: the suite mostly waits on kernels and servers (0.7 of a core on average alone),
 # so two halve its time on a 2-core machine. Each file stays on one worker (--dist loadfile):
 # a file's module-scoped servers are shared by its tests. PYTEST_WORKERS=0 runs it in one.
 PYTEST_WORKERS ?= 2
-pytest: install $(HUB_PROXY) gateway-venv
+pytest: install $(HUB_PROXY) gateway-venv project-venv
 	$(PY) -m pytest -ra -n $(PYTEST_WORKERS) --dist loadfile
 
 # configurable-http-proxy from npm, for tests/test_hub.py's real JupyterHub
@@ -57,6 +65,16 @@ gateway-venv: $(GATEWAY_VENV)/.installed
 $(GATEWAY_VENV)/.installed:
 	python3 -m venv $(GATEWAY_VENV)
 	$(GATEWAY_VENV)/bin/pip install -q jupyter_enterprise_gateway==$(GATEWAY_VERSION)
+	touch $@
+
+# A researcher's project environment for the tests' kernels (tests/venvs.py): ipykernel and
+# numpy, and nothing of ours; the server brings its agent. The tests make it the same way when
+# it is missing.
+project-venv: $(PROJECT_VENV)/.installed
+
+$(PROJECT_VENV)/.installed:
+	python3 -m venv $(PROJECT_VENV)
+	$(PROJECT_VENV)/bin/pip install -q ipykernel numpy
 	touch $@
 
 jest: install
@@ -87,7 +105,7 @@ bench: install
 	$(PY) benchmarks/bench_pause_resume.py
 
 clean:
-	rm -rf $(VENV) $(GATEWAY_VENV) labextension/node_modules labextension/lib \
+	rm -rf $(VENV) $(GATEWAY_VENV) $(PROJECT_VENV) labextension/node_modules labextension/lib \
 		jupyter_gpu_pause/labextension $(UI_TESTS)/node_modules $(UI_TESTS)/test-results \
 		$(UI_TESTS)/playwright-report $(UI_TESTS)/artifacts $(UI_TESTS)/.state \
 		tests/hub_proxy/node_modules

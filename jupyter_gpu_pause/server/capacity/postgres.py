@@ -10,18 +10,25 @@ transaction back with the connection. Leases compare the database's clock, never
 The database being unreachable is an expected state, not a crash: every call raises
 ``QueueUnavailable`` (the connection is dropped and made again by the next call), and the
 service above says so to the user and tries again.
+
+psycopg is the ``postgres`` extra (``pip install 'jupyter_gpu_pause[postgres]'``): only a server
+with a PostgreSQL queue needs it, so it is imported when a URL is first read. Without it that
+first read, the configuration check at start, stops the server naming the setting and the extra.
 """
 
 from __future__ import annotations
 
+import importlib
 import re
-from typing import Any
-
-import psycopg
-from psycopg.conninfo import conninfo_to_dict
+import sys
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from ..state.migrations import NewerSchema, VersionTable, migrate
 from .queue import CapacityQueue, QueueError, QueueUnavailable, queue_migrations
+
+if TYPE_CHECKING:  # the postgres extra: imported at run time by _psycopg()
+    import psycopg
 
 SCHEMA = "gpu_pause"
 LOCK_KEY = 0x6770_7061_7573_65  # "gppause": every transaction of the queue holds it
@@ -46,6 +53,19 @@ MIGRATIONS = queue_migrations(
 )
 VERSION = VersionTable(SCHEMA)
 
+EXTRA = "pip install 'jupyter_gpu_pause[postgres]'"
+
+
+def _psycopg() -> ModuleType:
+    """psycopg, imported on first use (QueueError saying which extra brings it)."""
+    try:
+        importlib.import_module("psycopg.conninfo")  # psycopg too, with conninfo in it
+    except ImportError as e:  # not installed, or its libpq cannot be loaded
+        raise QueueError(
+            f"a PostgreSQL URL needs the postgres extra, which is not installed here ({e}): {EXTRA}"
+        ) from None
+    return sys.modules["psycopg"]
+
 
 def is_postgres_url(url: str) -> bool:
     return url.startswith(SCHEMES)
@@ -54,10 +74,11 @@ def is_postgres_url(url: str) -> bool:
 def parse_postgres_url(url: str) -> dict:
     """The connection parameters of ``url`` (QueueError naming what is wrong), with the
     timeouts above unless the URL sets its own."""
+    pg = _psycopg()
     scheme, rest = url.split("://", 1)
     try:
-        params = conninfo_to_dict("postgresql://" + rest)
-    except psycopg.ProgrammingError as e:  # libpq may quote the URL, password and all
+        params = pg.conninfo.conninfo_to_dict("postgresql://" + rest)
+    except pg.ProgrammingError as e:  # libpq may quote the URL, password and all
         why = re.sub(r'"?postgres[^"\s]*"?', "the URL", str(e).strip())
         raise QueueError(f"not a valid PostgreSQL URL: {why}") from None
     ports = str(params.get("port") or "5432").split(",")
@@ -95,7 +116,7 @@ class PostgresQueue(CapacityQueue):
 
     def _connect(self) -> psycopg.Connection:
         if self._db is None:
-            self._db = psycopg.connect(**self.params, autocommit=True)
+            self._db = _psycopg().connect(**self.params, autocommit=True)
             try:
                 migrate(MIGRATIONS, self.where, VERSION, self._locked)
             except NewerSchema as e:  # not an outage: no retry will help
@@ -122,14 +143,15 @@ class PostgresQueue(CapacityQueue):
             return fn(db, *args)
 
     def _tx(self, fn, *args):
+        pg = _psycopg()
         try:
             self._connect()
             return self._locked(fn, *args)
-        except psycopg.Error as e:
+        except pg.Error as e:
             # Unreachable, or refused (a role without rights, a full disk): either way an
             # admin fixes it while the server runs, and the next call tries again.
             self._disconnect()
             what = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            how = "be reached" if isinstance(e, psycopg.OperationalError) else "be used"
+            how = "be reached" if isinstance(e, pg.OperationalError) else "be used"
             message = f"the capacity queue at {self.where} cannot {how} ({what})"
             raise QueueUnavailable(message) from None
