@@ -323,3 +323,47 @@ def test_session_states_are_named_by_their_enum():
     """``SessionState`` is the one vocabulary: a misspelt word fails where it is written."""
     wrong = [f"{p.relative_to(SERVER)}:{n}" for p in _modules() for n in _state_words(p)]
     assert wrong == [], "use SessionState members, not bare strings:\n" + "\n".join(wrong)
+
+
+KERNEL_SIDE = [
+    *sorted((SERVER.parent / "kernel").rglob("*.py")),
+    *sorted((SERVER.parent / "store").rglob("*.py")),
+]
+
+
+def _runtime_unions(tree: ast.AST) -> list[int]:
+    """Lines where ``X | Y`` of types is evaluated: an isinstance/issubclass's second argument
+    (annotations are never evaluated: every module has ``from __future__ import annotations``)."""
+    lines = []
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("isinstance", "issubclass")
+            and len(node.args) == 2
+            and any(
+                isinstance(n, ast.BinOp) and isinstance(n.op, ast.BitOr)
+                for n in ast.walk(node.args[1])
+            )
+        ):
+            lines.append(node.lineno)
+    return lines
+
+
+@pytest.mark.parametrize("path", KERNEL_SIDE, ids=lambda p: str(p.relative_to(SERVER.parent)))
+def test_the_kernel_side_runs_on_python_39(path):
+    # The server brings kernel/ and store/ into kernels of Python 3.9 (server/kernels/bundle.py):
+    # 3.10's ``isinstance(x, A | B)`` raises TypeError there. (``make lint`` runs vermin for the
+    # library; this is what it cannot see.)
+    tree = ast.parse(path.read_text())
+    assert _runtime_unions(tree) == [], f"{path}: use a tuple of types"
+    annotated = any(
+        isinstance(n, ast.AnnAssign)
+        or (isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.returns is not None)
+        or (isinstance(n, ast.arg) and n.annotation is not None)
+        for n in ast.walk(tree)
+    )
+    future = any(isinstance(n, ast.ImportFrom) and n.module == "__future__" for n in tree.body)
+    assert future or not annotated, (
+        f"{path}: needs 'from __future__ import annotations' (3.9 evaluates annotations)"
+    )

@@ -26,6 +26,8 @@ from .staging import BUFFERS, Staging, cuda_staging, download
 if TYPE_CHECKING:
     from _typeshed import ReadableBuffer
 
+    from ..store.spool import SpoolStore
+
 IPYTHON_NAMES = frozenset({"In", "Out", "exit", "quit", "get_ipython"})
 HOOKS_NAME = "on_pause/on_restore hooks"  # the hooks' name where they are skipped
 MAX_REASON = 500  # characters of an exception's first line kept as the reason of a skip
@@ -281,11 +283,11 @@ def _batches(blobs: list[_Blob]) -> list[list[_Blob]]:
     return out + [batch] if batch else out
 
 
-def _hash_batch(batch: list[_Blob], stop: threading.Event) -> None:
+def _hash_batch(batch: list[_Blob], stop: threading.Event, name_of) -> None:
     for b in batch:
         if stop.is_set():
             return
-        b.h = source_hash(b.src, stop)
+        b.h = name_of(b.src, stop)
 
 
 class _HashedAhead:
@@ -300,7 +302,8 @@ class _HashedAhead:
     error, or when ``staged`` (its buffers are freed after the pause).
     """
 
-    def __init__(self, batches: list[list[_Blob]], staged: bool):
+    def __init__(self, batches: list[list[_Blob]], staged: bool, name_of=source_hash):
+        self._name_of = name_of  # the store's: a blob's hash, or a spool's provisional name
         self._batches = batches
         self._staged = staged
         self._stop = threading.Event()
@@ -316,13 +319,13 @@ class _HashedAhead:
         self._pool.close(wait)
 
     def _submit(self, batch: list[_Blob]):
-        return self._pool.submit(_hash_batch, batch, self._stop)
+        return self._pool.submit(_hash_batch, batch, self._stop, self._name_of)
 
     def __iter__(self):
         ahead = None
         for i, batch in enumerate(self._batches):
             if ahead is None and not self._staged:
-                _hash_batch(batch, self._stop)  # the first: nothing to overlap with
+                _hash_batch(batch, self._stop, self._name_of)  # the first: nothing to overlap with
             else:
                 (ahead or self._submit(batch)).result()  # its error (a failed copy) is ours
             if i + 1 < len(self._batches):
@@ -330,7 +333,7 @@ class _HashedAhead:
             yield batch
 
 
-def pause_buffers(store: Store) -> int:
+def pause_buffers(store: Store | SpoolStore) -> int:
     """Staging buffers a pause of GPU tensors uses: one per local writer and two for the
     hashing (a remote store's writes copy parts on their own, ``DeviceSource.chunk``)."""
     return WRITERS + 2 if store.local else BUFFERS
@@ -338,7 +341,7 @@ def pause_buffers(store: Store) -> int:
 
 def write_plan(
     plan: Plan,
-    store: Store,
+    store: Store | SpoolStore,
     progress=None,
     verify: bool = True,
     before_reuse=None,
@@ -374,7 +377,9 @@ def write_plan(
             staging.close()
 
 
-def _write(plan: Plan, store: Store, progress, verify: bool, before_reuse, staging, host) -> dict:
+def _write(
+    plan: Plan, store: Store | SpoolStore, progress, verify: bool, before_reuse, staging, host
+) -> dict:
     total = plan.total_bytes
     blobs, pickle_meta = _blobs_of(plan, staging, host)
     described: dict = {}
@@ -388,7 +393,7 @@ def _write(plan: Plan, store: Store, progress, verify: bool, before_reuse, stagi
     report(0)  # the server's clock: capture (the object graph) ends, writing begins
     staged = staging is not None  # parts in staging buffers: only threads stream them
     with (
-        _HashedAhead(_batches(blobs), staged) as hashed,
+        _HashedAhead(_batches(blobs), staged, store.name_of) as hashed,
         store.writes(verify, staged=staged) as writes,
     ):
         for batch in hashed:
@@ -421,9 +426,7 @@ def _blobs_of(plan: Plan, staging: Staging | None, host=None) -> tuple[list[_Blo
         descr = sys.modules["numpy"].lib.format.dtype_to_descr(a.dtype)  # the arrays' numpy
         blobs.append(_Blob(_array_source(a), "buffer", {"dtype": descr}))
     offset = 0
-    for obj, seg in zip(
-        [o for o in plan.objects if o["kind"] != "module"], plan.segments, strict=True
-    ):
+    for obj, seg in zip([o for o in plan.objects if o["kind"] != "module"], plan.segments):
         obj["offset"], obj["length"] = offset, len(seg)
         offset += len(seg)
     if plan.cells is not None:
@@ -442,7 +445,7 @@ def _describe(plan: Plan, blobs: list[_Blob], pickle_meta: dict, described, new_
         if b.kind == "tensor"
     ]
     arrays = []
-    for a, b in zip(plan.refs.arrays, [b for b in blobs if b.kind == "buffer"], strict=True):
+    for a, b in zip(plan.refs.arrays, [b for b in blobs if b.kind == "buffer"]):
         order = "F" if a.flags.f_contiguous and not a.flags.c_contiguous else "C"
         shape = list(a.shape)
         arrays.append({"blob": b.h, "dtype": b.extra["dtype"], "shape": shape, "order": order})

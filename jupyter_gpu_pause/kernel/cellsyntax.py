@@ -25,6 +25,11 @@ _SAFE_MAGICS = {
     "markdown", "svg", "system", "sx", "gpu_pause",
 }  # fmt: skip
 
+# ``match`` patterns that bind names: Python 3.10's (a kernel's Python may be 3.9, which has
+# neither the statement nor these nodes)
+_MATCH_NAMES = tuple(getattr(ast, n) for n in ("MatchAs", "MatchStar") if hasattr(ast, n))
+_MATCH_REST = tuple(getattr(ast, n) for n in ("MatchMapping",) if hasattr(ast, n))
+
 
 def marked_no_rerun(code: str) -> bool:
     """Whether a comment in ``code`` says ``# gp: no-rerun`` (a string that says it does not)."""
@@ -100,7 +105,7 @@ def _advanced(tree: ast.Module) -> set[str]:
     stack: list[ast.AST] = list(tree.body)
     while stack:
         node = stack.pop()
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
             continue
         if (
             isinstance(node, ast.Call)
@@ -131,12 +136,12 @@ def _loaded_before_bound(tree: ast.Module) -> set[str]:
                 continue
             if node.id not in bound:
                 loaded.add(node.id)
-        if isinstance(stmt, ast.Assign | ast.AnnAssign) and getattr(stmt, "value", None):
+        if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and getattr(stmt, "value", None):
             targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
             bound.update(t.id for t in _flat(targets) if isinstance(t, ast.Name))
-        elif isinstance(stmt, ast.Import | ast.ImportFrom):
+        elif isinstance(stmt, (ast.Import, ast.ImportFrom)):
             bound.update(a.asname or a.name.partition(".")[0] for a in stmt.names)
-        elif isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+        elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             bound.add(stmt.name)
     return loaded
 
@@ -155,7 +160,7 @@ def _left_deleted(tree: ast.Module) -> set[str]:
 
 def _flat(targets: Sequence[ast.AST]) -> Iterator[ast.AST]:
     for t in targets:
-        if isinstance(t, ast.Tuple | ast.List):
+        if isinstance(t, (ast.Tuple, ast.List)):
             yield from _flat(t.elts)
         elif isinstance(t, ast.Starred):
             yield from _flat([t.value])
@@ -204,7 +209,7 @@ def _strip_options(name: str, arg: str) -> str:
 
 def _module_writes(node: ast.AST, writes: set, star: list) -> None:
     """Names ``node`` (at module scope) binds or mutates; nested scopes only through ``global``."""
-    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
         writes.add(node.name)
         for inner in ast.walk(node):
             if isinstance(inner, ast.Global):
@@ -224,9 +229,9 @@ def _module_writes(node: ast.AST, writes: set, star: list) -> None:
     targets: Sequence[ast.AST] = []
     if isinstance(node, ast.Assign):
         targets = node.targets
-    elif isinstance(node, ast.AugAssign | ast.AnnAssign | ast.For | ast.AsyncFor):
+    elif isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.For, ast.AsyncFor)):
         targets = [node.target] if not isinstance(node, ast.AnnAssign) or node.value else []
-    elif isinstance(node, ast.With | ast.AsyncWith):
+    elif isinstance(node, (ast.With, ast.AsyncWith)):
         targets = [i.optional_vars for i in node.items if i.optional_vars is not None]
     elif isinstance(node, ast.NamedExpr):
         targets = [node.target]
@@ -234,9 +239,9 @@ def _module_writes(node: ast.AST, writes: set, star: list) -> None:
         targets = node.targets
     elif isinstance(node, ast.ExceptHandler) and node.name:
         writes.add(node.name)
-    elif isinstance(node, ast.MatchAs | ast.MatchStar) and node.name:
+    elif isinstance(node, _MATCH_NAMES) and node.name:
         writes.add(node.name)
-    elif isinstance(node, ast.MatchMapping) and node.rest:
+    elif isinstance(node, _MATCH_REST) and node.rest:
         writes.add(node.rest)
     elif isinstance(node, ast.Import):
         writes.update(a.asname or a.name.partition(".")[0] for a in node.names)
@@ -256,10 +261,10 @@ def _target_names(target: ast.AST) -> set[str]:
     """The names an assignment target binds, or mutates when it is ``x[…]`` / ``x.attr``."""
     if isinstance(target, ast.Name):
         return {target.id}
-    if isinstance(target, ast.Tuple | ast.List):
+    if isinstance(target, (ast.Tuple, ast.List)):
         return set().union(*(_target_names(t) for t in target.elts))
     if isinstance(target, ast.Starred):
         return _target_names(target.value)
-    while isinstance(target, ast.Attribute | ast.Subscript):
+    while isinstance(target, (ast.Attribute, ast.Subscript)):
         target = target.value
     return {target.id} if isinstance(target, ast.Name) else set()

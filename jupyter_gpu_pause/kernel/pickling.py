@@ -26,7 +26,7 @@ import threading
 import types
 from typing import Any
 
-import cloudpickle
+from .deps import cloudpickle, local_module
 
 PROTOCOL = 3
 _FILE_TYPES = (io.FileIO, io.BufferedReader, io.BufferedWriter, io.BufferedRandom, io.TextIOWrapper)
@@ -83,7 +83,7 @@ def classes_by_value_forgotten():
     whose rebuild fails (``np.recarray`` by value: ``_find_home``) passed the test-restore
     and failed the resume. ``_lookup_class_or_track`` reads both globals at each call.
     """
-    module: Any = sys.modules["cloudpickle.cloudpickle"]  # its privates are not typed
+    module: Any = cloudpickle.cloudpickle  # its privates are not typed
     saved = module._DYNAMIC_CLASS_TRACKER_BY_ID, module._DYNAMIC_CLASS_TRACKER_BY_CLASS
     lock = module._DYNAMIC_CLASS_TRACKER_LOCK
     # a new lock too: in a forked child, another thread of the kernel may have held it
@@ -371,7 +371,7 @@ def _owner(arr, ndarray):
 def _bounds(arr) -> tuple[int, int]:
     """The addresses of ``arr``'s first and one past its last byte (not empty)."""
     low = high = arr.__array_interface__["data"][0]
-    for n, stride in zip(arr.shape, arr.strides, strict=True):
+    for n, stride in zip(arr.shape, arr.strides):
         if stride < 0:
             low += stride * (n - 1)
         else:
@@ -504,7 +504,7 @@ class SegmentPickler:
         """The segments, in the order their variables were pickled."""
         data = self._buf.getbuffer()
         starts = [0, *self._ends][: len(self._ends)]
-        return [bytes(data[a:b]) for a, b in zip(starts, self._ends, strict=True)]
+        return [bytes(data[a:b]) for a, b in zip(starts, self._ends)]
 
 
 class StreamUnpickler(pickle.Unpickler):
@@ -519,6 +519,9 @@ class StreamUnpickler(pickle.Unpickler):
         self._file = io.BytesIO(stream)  # no peek(): the unpickler reads no further than asked
         super().__init__(self._file)
         self._resolve = resolve
+
+    def find_class(self, module, name):  # cloudpickle's functions under either name (deps.py)
+        return super().find_class(local_module(module), name)
 
     def load_at(self, offset: int):
         self._file.seek(offset)
@@ -541,6 +544,9 @@ class EditableMemoUnpickler(pickle._Unpickler):
         super().__init__(io.BytesIO(data))
         self._resolve = resolve
         self.memo: ForgettingMemo = previous.memo if previous is not None else ForgettingMemo()
+
+    def find_class(self, module, name):
+        return super().find_class(local_module(module), name)
 
     def persistent_load(self, pid):
         return self._resolve(pid)

@@ -382,7 +382,7 @@ class _Copier:
             return "it is a function that assigns globals of the restored namespace"
         if name in self.writes:
             return "a re-run cell changes it and it cannot be copied"
-        if isinstance(value, type | types.FunctionType | types.BuiltinFunctionType):
+        if isinstance(value, (type, types.FunctionType, types.BuiltinFunctionType)):
             return None
         return "copying it gives back the same object"
 
@@ -412,9 +412,9 @@ def _data_bytes(value, seen: set[int], limit: int = 100_000) -> int:
             continue
         seen.add(id(obj))
         visited += 1
-        if isinstance(obj, str | bytes | bytearray):
+        if isinstance(obj, (str, bytes, bytearray)):
             total += len(obj)
-        elif isinstance(obj, int | float | complex):
+        elif isinstance(obj, (int, float, complex)):
             total += 8
         elif hasattr(obj, "nbytes") and isinstance(getattr(obj, "nbytes", None), int):
             total += obj.nbytes  # numpy arrays (and anything that says the same)
@@ -426,9 +426,9 @@ def _data_bytes(value, seen: set[int], limit: int = 100_000) -> int:
             total += 16 * len(obj)
             stack.extend(obj.keys())
             stack.extend(obj.values())
-        elif isinstance(obj, list | tuple | set | frozenset):
+        elif isinstance(obj, (list, tuple, set, frozenset)):
             total += 8 * len(obj)
             stack.extend(obj)
-        elif hasattr(obj, "__dict__") and not isinstance(obj, type | types.ModuleType):
+        elif hasattr(obj, "__dict__") and not isinstance(obj, (type, types.ModuleType)):
             stack.extend(vars(obj).values())
     return total

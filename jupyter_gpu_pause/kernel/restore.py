@@ -18,12 +18,15 @@ import sys
 import threading
 import types
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..store import IntegrityError, Store
 from ..store.format import parse_iso
 from .pickling import EditableMemoUnpickler, StreamUnpickler, collector_paused
 from .staging import DEPTH, RESTORE_BUFFER_BYTES, RESTORE_READERS, Staging, cuda_staging, read_in
+
+if TYPE_CHECKING:
+    from ..store.spool import SpoolStore
 
 
 class RestoreError(Exception):
@@ -74,7 +77,7 @@ def _allocator(doc: dict):
 
 def load_blobs(
     doc: dict,
-    store: Store,
+    store: Store | SpoolStore,
     progress=None,
     bad: dict | None = None,
     have: dict | None = None,
@@ -183,7 +186,9 @@ def _place(targets: dict, wanted: dict, staging: Staging) -> dict:
     return placed
 
 
-def _to_device(store: Store, staging: Staging, h: str, dst, stop: threading.Event) -> None:
+def _to_device(
+    store: Store | SpoolStore, staging: Staging, h: str, dst, stop: threading.Event
+) -> None:
     """Blob ``h`` of a local store into its device memory, hashed as it streams (IntegrityError
     as ``Store.read_blob_into``)."""
     read_in(staging, store.open_blob(h, dst.numel()), dst, dst.numel(), stop)

@@ -231,7 +231,7 @@ def start(
     ``said``: the time limit a stopped child's reason names (default ``timeout``: a later
     round of ``verified_plan`` gets what is left of the one limit, which it still names)."""
     loaded = [o for o in plan.objects if o["kind"] != "module"]
-    names = [o["name"] for o, plain in zip(loaded, plan.plain, strict=True) if not plain]
+    names = [o["name"] for o, plain in zip(loaded, plan.plain) if not plain]
     pending = Pending(names)
     if not names:  # nothing, or only plain segments: no child at all
         pending._done = Verdict()

@@ -14,10 +14,13 @@ import json
 import re
 from typing import TYPE_CHECKING, Any, cast
 
-import xxhash
+try:
+    import xxhash
+except ImportError:  # a kernel whose environment lacks it: its blobs go through the server
+    xxhash = None  # type: ignore[assignment]
 
 if TYPE_CHECKING:
-    from typing import TypeAlias
+    from typing import TypeAlias  # novm: for the type checker only
 
     import numpy as np
     from _typeshed import ReadableBuffer
@@ -44,22 +47,32 @@ def check_blob_hash(h: object) -> str:
     return h
 
 
+def _xxhash() -> Any:
+    """The xxhash module, or ImportError saying why it is needed. A kernel whose environment
+    lacks it writes and reads blobs through the server (``store/spool.py``), never hashing."""
+    if xxhash is None:
+        raise ImportError("jupyter_gpu_pause hashes blobs with xxhash, which is not installed")
+    return xxhash
+
+
 def blob_hash(data: BytesLike) -> str:
     """xxh3-128 hex digest of a bytes-like object (no copy for memoryviews and buffers)."""
-    return xxhash.xxh3_128_hexdigest(cast("ReadableBuffer", data))
+    digest: str = _xxhash().xxh3_128_hexdigest(cast("ReadableBuffer", data))
+    return digest
 
 
 class StreamingHash:
     """Incremental xxh3-128 for data read in chunks."""
 
     def __init__(self) -> None:
-        self._h = xxhash.xxh3_128()
+        self._h = _xxhash().xxh3_128()
 
     def update(self, data: ReadableBuffer) -> None:
         self._h.update(data)
 
     def hexdigest(self) -> str:
-        return self._h.hexdigest()
+        digest: str = self._h.hexdigest()
+        return digest
 
 
 def canonical_json(doc: dict[str, Any]) -> bytes:

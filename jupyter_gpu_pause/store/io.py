@@ -17,17 +17,16 @@ from __future__ import annotations
 import contextlib
 import json
 import posixpath
+import threading
 from collections.abc import Callable, Coroutine
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
-
-import fsspec
 
 from . import local
 from .bounded import ATTEMPTS, POLL, attempts, call_bound, describe, retryable, run
 from .format import blob_path, is_checkpoint_id, is_session_id, manifest_path, session_dir
 from .integrity import IntegrityError, StreamingHash, blob_hash
-from .sources import Source, as_source
+from .sources import Source, as_source, source_hash
 from .transfer import PART, PartMismatch, S3Transfer, SizeMismatch, ranges
 from .writes import LocalWrites, Sent, SerialWrites
 
@@ -81,6 +80,8 @@ class Store:
         self.url = str(url)
         self.timeout = float(timeout)  # seconds per request attempt (GpuPauseApp.store_timeout)
         self.bound = call_bound(self.timeout)  # seconds one request may take, retries included
+        import fsspec  # here: a kernel without it never opens a Store (``store/spool.py``)
+
         options = dict(options or {})
         self.protocol = fsspec.core.split_protocol(self.url)[0] or "file"
         if self.protocol in S3_PROTOCOLS:
@@ -177,7 +178,7 @@ class Store:
                 return await all_or_nothing(s3.size(p) for p in paths.values())
 
             first = next(iter(paths.values()))
-            return dict(zip(paths, self._run("stat", first, sizes()), strict=True))
+            return dict(zip(paths, self._run("stat", first, sizes())))
         out: dict[str, int | None] = {}
         for h, path in paths.items():
             try:
@@ -193,6 +194,11 @@ class Store:
     def _info_size(self, path: str) -> int:
         self.fs.invalidate_cache(path)
         return int(self.call("stat", path, "info", path)["size"])
+
+    def name_of(self, src: Source, stop: threading.Event | None = None) -> str:
+        """The name a blob to write is stored under: its hash (``spool.SpoolStore``'s is
+        provisional)."""
+        return source_hash(src, stop)
 
     def put_blob(self, data: BytesLike, h: str | None = None) -> tuple[str, bool]:
         """Store bytes under their hash; returns (hash, written). Existing blobs are reused."""

@@ -106,21 +106,23 @@ def atomic_write(path: str, src: Source) -> None:
     fsync_dirs(write_file(path, src))
 
 
-def read_into(path: str, view: memoryview) -> str:
-    """Fill ``view`` from the file, hashing as it goes; SizeMismatch unless the sizes agree."""
-    hasher = StreamingHash()
+def read_into(path: str, view: memoryview, hashed: bool = True) -> str | None:
+    """Fill ``view`` from the file, hashing as it goes (``hashed``: else None, for a file the
+    server checked already, ``spool.py``); SizeMismatch unless the sizes agree."""
+    hasher = StreamingHash() if hashed else None
     with open(path, "rb", buffering=0) as f:
         pos = 0
         while pos < view.nbytes:
             n = f.readinto(view[pos : pos + CHUNK])
             if not n:
                 break
-            hasher.update(view[pos : pos + n])
+            if hasher is not None:
+                hasher.update(view[pos : pos + n])
             pos += n
         extra = f.read(1)
     if pos != view.nbytes or extra:
         raise SizeMismatch(pos + len(extra))
-    return hasher.hexdigest()
+    return hasher.hexdigest() if hasher is not None else None
 
 
 class BlobReader:
@@ -134,10 +136,16 @@ class BlobReader:
     """
 
     def __init__(
-        self, path: str, h: str, nbytes: int, wrap: Callable[[Exception], Exception]
+        self,
+        path: str,
+        h: str,
+        nbytes: int,
+        wrap: Callable[[Exception], Exception],
+        hashed: bool = True,
     ) -> None:
         self.h, self.nbytes, self._wrap = h, nbytes, wrap
-        self._hasher = StreamingHash()
+        # not ``hashed``: a file the server checked already (``spool.py``); sizes still are
+        self._hasher = StreamingHash() if hashed else None
         self._pos = 0
         try:
             self._f: io.FileIO = open(path, "rb", buffering=0)
@@ -172,7 +180,8 @@ class BlobReader:
                 got += n
         except Exception as e:
             raise self._error(e) from e
-        self._hasher.update(view)
+        if self._hasher is not None:
+            self._hasher.update(view)
         self._pos += got
 
     def finish(self) -> None:
@@ -183,7 +192,7 @@ class BlobReader:
             raise self._error(e) from e
         if self._pos != self.nbytes or extra:
             raise self._error(SizeMismatch(self._pos + len(extra)))
-        if self._hasher.hexdigest() != self.h:
+        if self._hasher is not None and self._hasher.hexdigest() != self.h:
             raise IntegrityError(f"blob {self.h} does not match its checksum", "blob-hash")
 
     def close(self) -> None:

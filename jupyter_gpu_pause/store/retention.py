@@ -137,7 +137,7 @@ def plan_deletions(
             newer_valid = [0] * len(session)  # valid checkpoints newer than each one
             for i in range(len(session) - 2, -1, -1):
                 newer_valid[i] = newer_valid[i + 1] + session[i + 1].valid
-            for e, newer in zip(session, newer_valid, strict=True):
+            for e, newer in zip(session, newer_valid):
                 if newer >= rules.keep_last:
                     plan.delete(e, "keep_last", f"{newer} newer valid checkpoints are kept")
         if rules.max_age_days:

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_for
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import local
 from .format import blob_path
@@ -38,9 +38,11 @@ from .integrity import IntegrityError
 from .sources import Source, Stopped
 
 if TYPE_CHECKING:
+    from typing import ParamSpec  # novm: Python 3.10's, and a kernel's may be 3.9
+
     from .io import Store
 
-P = ParamSpec("P")
+    P = ParamSpec("P")
 T = TypeVar("T")
 Sent = Callable[[int], object]  # hears of the bytes written so far
 

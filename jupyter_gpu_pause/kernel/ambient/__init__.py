@@ -37,6 +37,8 @@ import pickle
 import time
 from typing import Any, Protocol
 
+from .. import deps
+
 GROUP = "jupyter_gpu_pause.ambient"
 VERSION = 1
 COUNTED = "_gpu_pause_counted"  # shell attribute: cells counted before this kernel (restored)
@@ -88,10 +90,8 @@ def providers() -> list[tuple[str, Provider]]:
     fails to load is left out here and named by ``check_only`` (``_load_problems``)."""
     global _providers
     if _providers is None:
-        from importlib.metadata import entry_points
-
         found, problems, seen = [], [], set()
-        for ep in entry_points(group=GROUP):
+        for ep in _entry_points():
             if ep.name in seen:  # two installed copies of one package: the first wins
                 continue
             seen.add(ep.name)
@@ -115,6 +115,28 @@ def providers() -> list[tuple[str, Provider]]:
 
 
 _load_problems: list[tuple[str, str]] = []
+
+
+def _entry_points() -> list:
+    """The group's entry points. Where the server brought this agent (``deps.py``), this
+    package's own come from what it brought (``_brought.AMBIENT``: the agent is not installed
+    here, and a copy of another version that is would name its own), other packages' from
+    the environment."""
+    import importlib
+    from importlib.metadata import EntryPoint, entry_points
+
+    try:
+        installed = list(entry_points(group=GROUP))
+    except TypeError:  # Python 3.9: one dict of every group
+        installed = list(entry_points().get(GROUP, []))
+    try:
+        ours = importlib.import_module(deps.BROUGHT.rpartition(".")[0]).AMBIENT
+    except ImportError:
+        return installed
+    package = deps.BROUGHT.partition(".")[0] + "."
+    return [EntryPoint(n, v, GROUP) for n, v in ours] + [
+        ep for ep in installed if not ep.value.startswith(package)
+    ]
 
 
 def watch() -> None:
@@ -144,7 +166,7 @@ def watch() -> None:
 def _dumps(state) -> bytes:
     """A provider's state as bytes: cloudpickle, so that a setting holding a function the
     notebook made (``pd.set_option("display.float_format", lambda x: …)``) travels too."""
-    import cloudpickle
+    from ..deps import cloudpickle
 
     return cloudpickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
 
@@ -235,7 +257,7 @@ class Restoring:
         if blob is None:
             return
         try:
-            doc = pickle.loads(blob)
+            doc = deps.loads(blob)
             if not isinstance(doc, dict) or doc.get("version") != VERSION:
                 raise ValueError(
                     f"version {doc.get('version') if isinstance(doc, dict) else doc!r:.40}"
@@ -280,7 +302,7 @@ class Restoring:
                 continue
             raw = self._states.pop(name)
             try:
-                note = p.restore(pickle.loads(raw)) or {}
+                note = p.restore(deps.loads(raw)) or {}
             except Exception as e:
                 self.report["not_restored"].append({"name": name, "reason": _reason(e)})
                 continue

@@ -16,6 +16,7 @@ import io
 import time
 
 from ..cells import cell_id as _cell_id
+from ..deps import loads
 from . import COUNTED, LATE, RESUME
 
 DEFAULT_EXTENSIONS = frozenset({"IPython.extensions.storemagic"})  # loaded by every kernel
@@ -110,9 +111,9 @@ class MatplotlibBackend:
 
 
 def _literal(v, depth: int = 0) -> bool:
-    if v is None or isinstance(v, bool | int | float | str):
+    if v is None or isinstance(v, (bool, int, float, str)):
         return True
-    if depth < 3 and isinstance(v, list | tuple | set | frozenset):
+    if depth < 3 and isinstance(v, (list, tuple, set, frozenset)):
         return all(_literal(x, depth + 1) for x in v)
     if depth < 3 and isinstance(v, dict):
         return all(_literal(k, depth + 1) and _literal(x, depth + 1) for k, x in v.items())
@@ -224,7 +225,7 @@ class History:
         shell = _shell()
         if shell is None or shell.execution_count <= 1:
             return None
-        import cloudpickle
+        from ..deps import cloudpickle
 
         hm = shell.history_manager
         names = {
@@ -265,7 +266,6 @@ class History:
         }
 
     def restore(self, state):
-        import pickle
 
         shell = _shell()
         if shell.execution_count > 1:  # restored into a kernel that ran cells (into_kernel)
@@ -292,7 +292,7 @@ class History:
         lost = [(f"Out[{n}]", why) for n, why in state["lost"]]
         for n, (kind, data) in state["out"].items():
             try:
-                value = shell.user_ns[data] if kind == "name" else pickle.loads(data)
+                value = shell.user_ns[data] if kind == "name" else loads(data)
             except Exception as e:
                 lost.append((f"Out[{n}]", f"{type(e).__name__}: {e}"))
                 continue

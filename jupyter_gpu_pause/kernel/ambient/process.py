@@ -93,13 +93,13 @@ class Interpreter:
         if "recursion" in state:
             sys.setrecursionlimit(state["recursion"])
         if "int_digits" in state and hasattr(sys, "set_int_max_str_digits"):
-            sys.set_int_max_str_digits(state["int_digits"])
+            sys.set_int_max_str_digits(state["int_digits"])  # novm: looked for first
 
 
 def _limits() -> dict:
     out = {"recursion": sys.getrecursionlimit()}
     if hasattr(sys, "get_int_max_str_digits"):
-        out["int_digits"] = sys.get_int_max_str_digits()
+        out["int_digits"] = sys.get_int_max_str_digits()  # novm: looked for first
     return out
 
 
