@@ -104,6 +104,25 @@ class Gateway:
         )
         self.proc: subprocess.Popen | None = None
 
+    def add_kernelspec(self, name: str, python: Path) -> None:
+        """A kernelspec running ``python`` with nothing of the checkout on its path and no
+        store credentials: a kernel image that has never heard of jupyter_gpu_pause."""
+        spec = self.tmp / "share" / "kernels" / name
+        spec.mkdir(parents=True)
+        kernel = {
+            "argv": [str(python), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+            "display_name": f"Remote Python ({name})",
+            "language": "python",
+            "env": {"PYTHONPATH": ""},
+            "metadata": {
+                "process_proxy": {
+                    "class_name": "enterprise_gateway.services.processproxies."
+                    "processproxy.LocalProcessProxy"
+                }
+            },
+        }
+        (spec / "kernel.json").write_text(json.dumps(kernel))
+
     def start(self) -> None:
         env = {
             **os.environ,

@@ -23,6 +23,7 @@ from jupyter_gpu_pause.server.kernels.gateway import KernelKeys, issue_kernel_ke
 from tests.gateway import KERNELSPEC, USER, Gateway, run_cell
 from tests.moto import BUCKET, PREFIX
 from tests.servers import TOKEN, Server
+from tests.venvs import project_venv
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -75,11 +76,11 @@ def _server(tmp_path, gateway, s3, flag="--GatewayClient.url", **gp) -> Server:
     return server
 
 
-def _open_notebook(server: Server, path: str) -> dict:
+def _open_notebook(server: Server, path: str, kernel: str = KERNELSPEC) -> dict:
     code, js = server.api(
         "POST",
         "api/sessions",
-        {"path": path, "type": "notebook", "name": path, "kernel": {"name": KERNELSPEC}},
+        {"path": path, "type": "notebook", "name": path, "kernel": {"name": kernel}},
         timeout=90,
     )
     assert code == 201, js
@@ -199,6 +200,53 @@ def test_pause_resume_remote_torch_kernel(tmp_path, gateway, s3):
     assert "GatewayKernelManager started kernel" in log
     for secret in (gateway.token, TOKEN, key.strip()):
         assert secret not in log
+
+
+@pytest.fixture
+def project_gateway(tmp_path, s3):
+    """The gateway with a second kernelspec, ``project-remote``: the project venv (ipykernel
+    and numpy; no jupyter_gpu_pause, no s3fs, no store credentials)."""
+    gw = Gateway(tmp_path)
+    gw.add_kernelspec("project-remote", project_venv() / "bin" / "python")
+    gw.start()
+    yield gw
+    gw.stop()
+
+
+def test_a_remote_kernel_without_the_package_pauses_and_resumes(tmp_path, project_gateway, s3):
+    # Given our server on the gateway, and a notebook on a remote kernel whose environment
+    # lacks jupyter_gpu_pause (and s3fs, and the store's credentials)
+    server = _server(tmp_path, project_gateway, s3)
+    try:
+        s = _open_notebook(server, "project.ipynb", "project-remote")
+        old = s["kernel_id"]
+        assert old in project_gateway.kernel_ids()
+        cell = "import numpy as np\nw = np.arange(3 * 2**18) * 2\nnote = 'remote'\n"
+        cell += "import importlib.util as u; print(u.find_spec('s3fs'), u.find_spec('fsspec'))"
+        assert run_cell(server, old, cell).split() == ["None", "None"]
+
+        # When it is paused and resumed through the gateway
+        code, body = server.api("POST", f"gpu-pause/api/sessions/{s['id']}/pause")
+        assert code == 202, body
+        paused = server.wait_state(s["id"], ("paused", "failed", "active"))
+        assert paused["state"] == "paused", (paused["error"], server.log_tail())
+        assert s3.keys(f"{PREFIX}/v1/sessions/{s['id']}/")
+        code, body = server.api("POST", f"gpu-pause/api/sessions/{s['id']}/resume", {})
+        assert code == 202, body
+        back = server.wait_state(s["id"], ("active", "idle", "failed", "paused"))
+
+        # Then a new remote kernel of that kernelspec holds the variables, and the kernel API
+        # works there
+        assert back["state"] in ("active", "idle"), back
+        new = back["kernel_id"]
+        assert new != old and new in project_gateway.kernel_ids()
+        assert back["pausable"] == {"ok": True}
+        out = run_cell(
+            server, new, "import jupyter_gpu_pause as gp\nprint(int(w.sum()), note, gp.__version__)"
+        )
+        assert out.split()[:2] == [str(3 * 2**18 * (3 * 2**18 - 1)), "remote"], out
+    finally:
+        server.stop()
 
 
 def test_remote_kernel_key_reaches_only_its_own_session(tmp_path, gateway, s3):

@@ -18,6 +18,7 @@ import time
 
 from ..store import IntegrityError, Store, StoreError, declare_intent
 from ..store.schema import MAX_TEXT
+from ..store.spool import SpoolStore
 from . import ambient, cells, guard, rerun
 from .capture import CaptureError, environment, host_copies, make_plan, write_plan
 from .dryrun import dry_run
@@ -176,8 +177,12 @@ def unguard(params: NoArgs) -> None:
     _ok({"guarded": was})
 
 
-def _store(params: CaptureArgs | RestoreArgs) -> Store:
-    """The store the server named, with its per-request timeout."""
+def _store(params: CaptureArgs | RestoreArgs) -> Store | SpoolStore:
+    """The store the server named, with its per-request timeout; or, where this kernel cannot
+    write the store itself, the server's spool folder (``store/spool.py``)."""
+    spool = params.get("spool")
+    if spool:
+        return SpoolStore(spool["folder"], spool.get("damaged"))  # type: ignore[arg-type]
     timeout = float(params.get("store_timeout") or DEFAULT_STORE_TIMEOUT)
     return Store(params["store_url"], params.get("store_options") or {}, timeout=timeout)
 
@@ -220,8 +225,11 @@ def capture(params: CaptureArgs) -> None:
                 # the server starts a warm kernel importing these while this pause writes
                 progress=progress,
                 verify=params.get("verify", DEFAULT_VERIFY),
-                # GC must not delete a blob this capture decides to reuse (store/lease.py)
-                before_reuse=lambda hashes: declare_intent(store, cid, hashes),
+                # GC must not delete a blob this capture decides to reuse (store/lease.py);
+                # a spool's blobs are the server's to declare, once it has named them
+                before_reuse=None
+                if isinstance(store, SpoolStore)
+                else lambda hashes: declare_intent(store, cid, hashes),
                 host=host,
             )
 

@@ -28,6 +28,13 @@ REQUEST_KEY: Final = "jupyter_gpu_pause_request"  # the execute_request's metada
 # The code of the agent's execute_request: one short line (a request in the code itself would
 # go through IPython's input transformers, ~60 ms per MB of a resume's manifest).
 CODE: Final = "__import__('jupyter_gpu_pause.kernel.agent', fromlist=['_']).call_parent()"
+# The code that brings the agent into a kernel whose environment lacks it (``bootstrap.py``,
+# whose text rides in the request's params as ``boot``): run in a namespace of its own.
+BOOT_CODE: Final = (
+    f"exec(__import__('IPython').get_ipython().kernel.get_parent()['metadata']"
+    f"[{REQUEST_KEY!r}]['params']['boot'], "
+    f"{{'__name__': '_jupyter_gpu_pause_bring', 'KEY': {REQUEST_KEY!r}}})"
+)
 MIME_PROGRESS: Final = "application/vnd.jupyter-gpu-pause.progress+json"
 MIME_RESULT: Final = "application/vnd.jupyter-gpu-pause.result+json"
 
@@ -49,7 +56,17 @@ DEFAULT_REBUILD: Final[RebuildMode] = "ask"  # what a resume does with names it 
 
 # -- the envelope --------------------------------------------------------------------------------
 RequestName = Literal[
-    "capture", "restore", "check", "warm", "gpu", "usage", "track", "rebuild", "finish", "unguard"
+    "capture",
+    "restore",
+    "check",
+    "warm",
+    "gpu",
+    "usage",
+    "track",
+    "rebuild",
+    "finish",
+    "unguard",
+    "bring",
 ]
 
 
@@ -146,6 +163,14 @@ class RebuildOffer(TypedDict):
     problem: str | None
 
 
+class Spool(TypedDict, total=False):
+    """Where a kernel that cannot write the store itself writes and reads its blobs
+    (``store/spool.py``): a folder of the server's on this machine."""
+
+    folder: str
+    damaged: dict[str, ErrorBody]  # a resume's blobs that failed the server's check
+
+
 # -- capture -------------------------------------------------------------------------------------
 class _CaptureRequired(TypedDict):
     store_url: str
@@ -164,6 +189,7 @@ class CaptureArgs(_CaptureRequired, total=False):
     ambient: bool
     # the server suspends this kernel in place once the agent reports "staged"
     suspend: bool
+    spool: Spool  # the blobs go through the server
 
 
 class _CaptureReplyBase(TypedDict):
@@ -209,6 +235,7 @@ class RestoreArgs(_RestoreRequired, total=False):
     # a warm kernel takes on the session's environment and folder first
     environ: dict[str, str]
     cwd: str
+    spool: Spool  # the blobs come through the server
 
 
 class Fallback(TypedDict):
@@ -318,6 +345,35 @@ class UnguardReply(TypedDict):
     guarded: bool  # whether the guard was on
 
 
+# -- bring: the agent, into a kernel whose environment lacks it (``bootstrap.py``) ---------------
+class SpoolProbe(TypedDict):
+    path: str  # a file the server wrote in its spool folder
+    token: str  # what it holds: the kernel sees the folder when it reads this back
+
+
+class _BringRequired(TypedDict):
+    boot: str  # bootstrap.py's text
+    version: str  # the server's jupyter_gpu_pause
+    protocol: int
+    mime: str  # MIME_RESULT: the bootstrap imports nothing of ours to learn it
+
+
+class BringArgs(_BringRequired, total=False):
+    """The bundle as source, or compiled for the kernel's Python (its ``magic``: the bytecode
+    version ``importlib.util.MAGIC_NUMBER``, which the kernel reported at an earlier bring)."""
+
+    bundle: str  # base64 of zlib of JSON {module name: [is_package, source]}
+    compiled: str  # base64 of zlib of marshal {module name: [is_package, None, code]}
+    magic: str
+    spool_probe: SpoolProbe
+
+
+class BringReply(TypedDict):
+    modules: int
+    sees_spool: bool  # the kernel can read and write the server's spool folder
+    magic: str  # the kernel's bytecode version: its kernelspec's next brings are compiled
+
+
 # -- typed handles: ``run_agent(kernel_id, CAPTURE, CaptureArgs(...))`` returns a CaptureReply ---
 A = TypeVar("A")
 R = TypeVar("R")
@@ -340,3 +396,4 @@ USAGE: Final = Call[NoArgs, UsageReply]("usage")
 TRACK: Final = Call[NoArgs, TrackReply]("track")
 FINISH: Final = Call[NoArgs, FinishReply]("finish")
 UNGUARD: Final = Call[NoArgs, UnguardReply]("unguard")
+BRING: Final = Call[BringArgs, BringReply]("bring")

@@ -42,6 +42,7 @@ from .integrations.maintenance import StoreMaintenance
 from .integrations.preemption import PreemptionPoller
 from .integrations.shutdown import EmergencyCheckpoint, SigintStop
 from .kernels.gateway import GatewayKernels, build_bridge
+from .kernels.spool import SpoolRoot
 from .lifecycle.lifecycle import Lifecycle
 from .lifecycle.operations import PauseSettings
 from .monitor.activity import ActivityTracker
@@ -189,6 +190,11 @@ class GpuPauseApp(ExtensionApp, GpuPauseSettings):
         )
         probe = self.gpu_probe_class(parent=self)
         bridge = build_bridge(self, self.kernel_answer_timeout)  # local or a gateway's
+        bridge.bring_agent = self.bring_agent
+        bridge.spool = SpoolRoot.for_store(
+            checked.store, os.path.dirname(os.path.abspath(self.db_path))
+        )
+        bridge.spool.sweep()  # what a server that died mid-pause left behind
         # what people do in which kernel: the monitor's, and the lifecycle's (a kernel that
         # ran nothing on a paused notebook is restored into without asking)
         tracker = ActivityTracker(

@@ -215,6 +215,20 @@ class GpuPauseSettings(HasTraits):
         "restores nothing of it even from a checkpoint that carries it. Default: True.",
     ).tag(config=True)
 
+    bring_agent = Bool(
+        True,
+        help="Bring the agent into kernels whose environment lacks this version of "
+        "jupyter_gpu_pause: at the kernel's first request the server sends its own kernel-side "
+        "code (and cloudpickle) over the kernel's channel, importable in that kernel's process "
+        "only, under private names; nothing is installed in or written to the environment, "
+        "and none of its packages is shadowed or upgraded. Such a kernel's checkpoint blobs go "
+        "through the server, which names, checks and stores them (a folder 'spool' in a local "
+        "store, else next to db_path), so the environment needs no fsspec, s3fs or xxhash. A "
+        "kernel needs Python 3.9 or newer and ipykernel 6 or newer. False: such a kernel "
+        "cannot be paused ('agent-missing', or 'agent-version' where another version is "
+        "installed there). Default: True.",
+    ).tag(config=True)
+
     kernel_answer_timeout = Float(
         30.0,
         help="Seconds a kernel that is not running a cell may take to answer before a pause, "

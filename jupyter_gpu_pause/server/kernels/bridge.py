@@ -14,7 +14,7 @@ import posixpath
 import queue
 import shutil
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar, overload
+from typing import Any, TypeVar, cast, overload
 
 from jupyter_client.asynchronous import AsyncKernelClient
 from jupyter_core.utils import ensure_async
@@ -22,12 +22,16 @@ from jupyter_core.utils import ensure_async
 from ...kernel import capability
 from ...kernel.cells import NO_RERUN_TAG
 from ...kernel.protocol import (
+    BOOT_CODE,
     CODE,
     FINISH,
     MIME_PROGRESS,
     MIME_RESULT,
     PROTOCOL,
     REQUEST_KEY,
+    TRACK,
+    BringArgs,
+    BringReply,
     Call,
     NoArgs,
     Progress,
@@ -37,6 +41,8 @@ from ...kernel.protocol import (
 )
 from ...version import __version__
 from ..state.errors import AgentFailed, GpuPauseError, KernelDied, WrongState
+from . import bundle
+from .spool import SpoolFolder, SpoolRoot
 
 WATCH_INTERVAL = 0.5
 # Seconds after a shell reply by which its IOPub status arrives if the subscription is live:
@@ -127,16 +133,18 @@ class _AgentClient(AsyncKernelClient):
         return msg["header"]["msg_id"]
 
 
-def _agent_reply(result: dict) -> dict[str, Any]:
+def _agent_reply(result: dict, same_version: bool = False) -> dict[str, Any]:
     """The agent's result, after checking the reply is one this server understands.
 
     The kernel runs user code, which may have replaced our agent or installed another version
-    of this package: anything unexpected becomes an AgentFailed saying what was wrong.
+    of this package: anything unexpected becomes an AgentFailed saying what was wrong. With
+    ``same_version`` (the server brings its agent where it differs), a reply from another
+    version is ``agent-version`` too, not only one of another protocol.
     """
     reply = result.get("reply")
     if reply is None:
         error = result.get("error", "")
-        if "No module named" in error and "jupyter_gpu_pause" in error:
+        if "No module named" in error and (same_version or "jupyter_gpu_pause" in error):
             raise AgentFailed(
                 "jupyter_gpu_pause is not installed in this kernel's Python environment; "
                 "install it there (pip install jupyter_gpu_pause) to pause this kernel",
@@ -153,7 +161,7 @@ def _agent_reply(result: dict) -> dict[str, Any]:
         raise AgentFailed(
             "the kernel's agent sent a reply the server cannot read", "bad-agent-reply"
         )
-    if reply.get("protocol") != PROTOCOL:
+    if reply.get("protocol") != PROTOCOL or (same_version and reply.get("version") != __version__):
         raise AgentFailed(
             f"the kernel's environment has jupyter_gpu_pause {str(reply.get('version'))[:40]} "
             f"(agent protocol {str(reply.get('protocol'))[:10]}) but the server has "
@@ -173,6 +181,34 @@ def _agent_reply(result: dict) -> dict[str, Any]:
     if not isinstance(reply.get("result"), dict):
         raise AgentFailed("the kernel's agent answered without a result", "bad-agent-reply")
     return reply["result"]
+
+
+def _refused(result: dict) -> AgentFailed:
+    """Why a kernel could not take the agent the server brought, from what its bootstrap
+    raised: it has no IPython, its Python cannot parse the bootstrap, or anything else."""
+    ename, evalue = result.get("ename", ""), result.get("evalue", "")
+    if ename in ("ModuleNotFoundError", "ImportError") and "IPython" in evalue:
+        return AgentFailed(
+            "this kernel has no IPython: jupyter_gpu_pause's agent runs in IPython kernels "
+            "(ipykernel 6 or newer)",
+            "no-ipython",
+        )
+    if ename == "SyntaxError":
+        return AgentFailed(
+            "this kernel's Python is too old for jupyter_gpu_pause's agent (it needs 3.9 or newer)",
+            "python-too-old",
+        )
+    if ename == "AttributeError" and "get_parent" in evalue:
+        return AgentFailed(
+            "this kernel's ipykernel is too old for jupyter_gpu_pause's agent (it needs "
+            "ipykernel 6 or newer)",
+            "agent-refused",
+        )
+    why = f"{ename}: {evalue}" if ename else (result.get("error") or "no answer")
+    return AgentFailed(
+        f"the kernel did not take jupyter_gpu_pause's agent ({why[:MAX_MESSAGE]})",
+        "agent-refused",
+    )
 
 
 def _progress(data) -> Progress | None:
@@ -246,6 +282,13 @@ class KernelBridge:
         # Session ids of our own clients: their requests are not user activity.
         self.agent_sessions: set[str] = set()
         self._agent_calls: dict[str, int] = {}  # kernel id -> our requests in flight
+        self.bring_agent = True  # GpuPauseApp.bring_agent
+        self.spool: SpoolRoot | None = None  # where brought agents' blobs go (spool.py)
+        self._brought: dict[str, bool] = {}  # kernel id -> it sees the spool folder
+        # kernelspec -> its kernels' bytecode version, learned at a bring: the kernelspec's
+        # kernels lack the agent (their first request brings it) and take compiled bundles
+        self._magic: dict[str, str] = {}
+        self._answered: set[str] = set()  # kernels whose agent answered once
 
     # -- facts -----------------------------------------------------------------------------
     def is_running(self, kernel_id: str | None) -> bool:
@@ -281,6 +324,13 @@ class KernelBridge:
     def agent_running(self, kernel_id: str) -> bool:
         """One of our own requests runs in the kernel (it shows busy, but not for a person)."""
         return self._agent_calls.get(kernel_id, 0) > 0
+
+    def kernel_name(self, kernel_id: str) -> str:
+        """The kernelspec a running kernel was started from ('' when it is gone)."""
+        try:
+            return str(self.kernel(kernel_id).kernel_name)
+        except Exception:
+            return ""
 
     def language(self, kernel_name: str) -> str:
         try:
@@ -377,19 +427,112 @@ class KernelBridge:
         ``CaptureReply``; a request named by its string is typed as a plain dict. The reply's
         shape is the agent's word: ``replies.py`` checks what the server relies on.
 
+        A kernel whose environment lacks this version of the agent gets it first (``bring``),
+        unless ``bring_agent`` is off; then the request runs again, once.
+
         ``on_sent`` is called once the kernel has answered and the request goes to it (a new
         kernel has finished booting: the resume's timings split there). Raises AgentFailed
         with the agent's message, or KernelDied.
         """
-        pid = self.pid(kernel_id)
         name = func.name if isinstance(func, Call) else func
-        client = await self._open_client(kernel_id, request(name, params))
+        if self._lacks_agent(kernel_id):
+            await self.bring(kernel_id)
+        try:
+            result = await self._execute(
+                kernel_id, CODE, request(name, params), on_progress, on_sent
+            )
+            reply = _agent_reply(result, same_version=self.bring_agent)
+        except AgentFailed as e:
+            if not (self.bring_agent and e.reason in ("agent-missing", "agent-version")):
+                raise
+            await self.bring(kernel_id)
+            result = await self._execute(kernel_id, CODE, request(name, params), on_progress)
+            reply = _agent_reply(result, same_version=True)
+        self._answered.add(kernel_id)
+        return reply
+
+    # -- bringing the agent ----------------------------------------------------------------
+    async def bring(self, kernel_id: str) -> None:
+        """Install this server's agent in the kernel, for its process only
+        (``kernel/bootstrap.py``, ``bundle.py``); AgentFailed with a reason that says why the
+        kernel cannot take it (``python-too-old``, ``no-ipython``, ``agent-refused``)."""
+        spec = self.kernel_name(kernel_id)
+        args = BringArgs(
+            boot=bundle.boot(), version=__version__, protocol=PROTOCOL, mime=MIME_RESULT
+        )
+        if self._magic.get(spec) == bundle.MAGIC:  # its Python runs the server's bytecode
+            args["compiled"], args["magic"] = bundle.compiled(), bundle.MAGIC
+        else:
+            args["bundle"] = bundle.bundle()
+        if self.spool is not None:
+            args["spool_probe"] = self.spool.probe()
+        result = await self._execute(kernel_id, BOOT_CODE, request("bring", args))
+        if result.get("reply") is None:
+            raise _refused(result)
+        try:
+            reply = cast(BringReply, _agent_reply(result))
+        except AgentFailed as e:
+            if e.reason != "bundle-python" or "compiled" not in args:
+                raise
+            self._magic.pop(spec, None)  # its Python changed: the source, then
+            return await self.bring(kernel_id)
+        self._magic[spec] = str(reply.get("magic"))
+        self._brought = {k: v for k, v in self._brought.items() if self.is_running(k)}
+        self._brought[kernel_id] = bool(reply.get("sees_spool"))
+        self.log.info(
+            "jupyter_gpu_pause: brought the agent (%s modules) into kernel %s, whose "
+            "environment lacks jupyter_gpu_pause %s",
+            reply.get("modules"),
+            kernel_id,
+            __version__,
+        )
+
+    def _lacks_agent(self, kernel_id: str) -> bool:
+        """A kernel never asked yet, of a kernelspec whose kernels needed the agent brought:
+        it is brought at once, without a first request that would fail."""
+        return (
+            self.bring_agent
+            and kernel_id not in self._answered
+            and kernel_id not in self._brought
+            and self.kernel_name(kernel_id) in self._magic
+        )
+
+    def brought(self, kernel_id: str) -> bool:
+        """The kernel runs the agent this server brought (its blobs go through the server)."""
+        return kernel_id in self._brought
+
+    async def spool_for(self, kernel_id: str, what: str) -> SpoolFolder | None:
+        """A spool folder for one operation on a kernel whose blobs go through the server,
+        else None (its agent writes the store itself). A kernel never asked yet is asked
+        first (``TRACK``), which brings the agent where it must."""
+        if self._lacks_agent(kernel_id):
+            await self.bring(kernel_id)
+        elif kernel_id not in self._answered and kernel_id not in self._brought:
+            await self.run_agent(kernel_id, TRACK, NoArgs())
+        if kernel_id not in self._brought:
+            return None
+        if self.spool is None or not self._brought[kernel_id]:
+            raise AgentFailed(
+                "this kernel's environment cannot write the checkpoint store itself (it "
+                "lacks jupyter_gpu_pause and the libraries the store needs), and it runs "
+                "where the server's spool folder cannot be seen; install jupyter_gpu_pause "
+                "in the kernel's environment to pause it",
+                "agent-refused",
+            )
+        return self.spool.folder(what)
+
+    async def _execute(self, kernel_id, code, req: Request, on_progress=None, on_sent=None):
+        """Run ``code`` with ``req`` in its metadata; what the kernel published and raised."""
+        pid = self.pid(kernel_id)
+        client = await self._open_client(kernel_id, req)
         self.agent_sessions.add(client.session.session)
         result: dict = {}
 
         def hook(msg):
             if msg["msg_type"] == "error" and not result:
                 result["error"] = "\n".join(msg["content"].get("traceback", [])[-3:])
+                result["ename"] = str(msg["content"].get("ename", ""))
+                result["evalue"] = str(msg["content"].get("evalue", ""))[:MAX_MESSAGE]
             if msg["msg_type"] != "display_data":
                 return
             data = msg["content"].get("data") or {}
@@ -410,7 +553,7 @@ class KernelBridge:
             if on_sent:
                 on_sent()
             await client.execute_interactive(
-                CODE,
+                code,
                 silent=True,
                 store_history=False,
                 allow_stdin=False,
@@ -438,7 +581,7 @@ class KernelBridge:
             left = self._agent_calls.pop(kernel_id, 1) - 1
             if left > 0:
                 self._agent_calls[kernel_id] = left
-        return _agent_reply(result)
+        return result
 
     async def _stop_agent(self, kernel_id: str, run, watch) -> None:
         """The caller gave up on a running agent call (Cancel): interrupt the kernel and wait,

@@ -20,12 +20,13 @@ import asyncio
 import functools
 from typing import Any, cast
 
-from ...kernel.protocol import CAPTURE, CaptureArgs, Unverified
+from ...kernel.protocol import CAPTURE, CaptureArgs, CaptureReply, Unverified
 from ...kernel.protocol import Progress as AgentProgress
 from ...store.format import new_checkpoint_id
 from ...store.schema import check_capture
 from ...units import count_text, size_text
 from ..kernels.replies import unverified_of
+from ..kernels.spool import take
 from ..state.checkpoints import checkpoint_brief
 from ..state.clock import PhaseClock
 from ..state.errors import KernelDied, failure
@@ -157,29 +158,44 @@ class Pause(Operation):
                 s, ctx.suspender, ctx.table, ctx.capacity.release, ctx.log, self.reason
             )
         suspend = self.tier.ask(ctx.bridge.pid(self.kernel_id))
-        result = await ctx.bridge.run_agent(
-            self.kernel_id,
-            CAPTURE,
-            CaptureArgs(
-                store_url=settings.store_url,
-                store_options=settings.store_options,
-                store_timeout=settings.store_timeout,
-                checkpoint_id=cid,
-                capture=settings.capture,
-                max_bytes=settings.max_checkpoint_bytes,
-                verify=settings.verify,
-                test_restore=settings.test_restore,
-                ambient=settings.ambient,
-                suspend=suspend,
-            ),
-            # the agent's first "writing" progress ends the capture; its last, the writing
-            self.clock.follow(
-                self._progress, "writing", "write", "verify" if settings.verify else None
-            ),
+        args = CaptureArgs(
+            store_url=settings.store_url,
+            store_options=settings.store_options,
+            store_timeout=settings.store_timeout,
+            checkpoint_id=cid,
+            capture=settings.capture,
+            max_bytes=settings.max_checkpoint_bytes,
+            verify=settings.verify,
+            test_restore=settings.test_restore,
+            ambient=settings.ambient,
+            suspend=suspend,
         )
-        self.clock.enter("commit")
-        # the kernel runs user code: nothing it says is signed unchecked (its type is its claim)
-        check_capture(cast(dict[str, Any], result))
+        # a kernel that cannot write the store itself writes its blobs through the server
+        spool = await ctx.bridge.spool_for(self.kernel_id, cid)
+        try:
+            if spool is not None:
+                args["spool"] = spool.args()
+            result = await ctx.bridge.run_agent(
+                self.kernel_id,
+                CAPTURE,
+                args,
+                # the agent's first "writing" progress ends the capture; its last, the writing
+                self.clock.follow(
+                    self._progress, "writing", "write", "verify" if settings.verify else None
+                ),
+            )
+            self.clock.enter("commit")
+            # the kernel runs user code: nothing it says is signed unchecked (its type is its
+            # claim)
+            check_capture(cast(dict[str, Any], result))
+            if spool is not None:  # named, checked and stored by the server
+                taken = await asyncio.to_thread(
+                    take, ctx.checkpoints.store, spool, dict(result), cid, settings.verify
+                )
+                result = cast(CaptureReply, taken)
+        finally:
+            if spool is not None:
+                spool.discard()
         self.unverified = unverified_of(result.get("unverified"))
         seconds = result.get("ambient_seconds")
         self.ambient_seconds = seconds if isinstance(seconds, int | float) else None

@@ -21,6 +21,7 @@ from ...store.format import iso, utcnow
 from ...units import age_text, count_text
 from ..capacity import Grant
 from ..kernels.replies import check_restore_report
+from ..kernels.spool import stage
 from ..state.checkpoints import Prefetch, checkpoint_brief, gpu_bytes, gpu_bytes_per_device
 from ..state.clock import PhaseClock
 from ..state.errors import AgentFailed, GpuPauseError, failure
@@ -184,7 +185,13 @@ class Resume(Operation):
                 s = self.s
                 args["environ"] = ctx.bridge.session_environ(s.path, s.name, grant.env)
                 args["cwd"] = ctx.bridge.os_folder(s.cwd)
+            # a kernel that cannot read the store itself reads blobs the server checked
+            spool = await ctx.bridge.spool_for(kid, manifest.id)
             try:
+                if spool is not None:
+                    docs = [manifest.doc, *fallbacks]
+                    await asyncio.to_thread(stage, ctx.checkpoints.store, spool, docs)
+                    args["spool"] = spool.args()
                 report = await ctx.bridge.run_agent(
                     kid,
                     RESTORE,
@@ -204,6 +211,9 @@ class Resume(Operation):
                 manifest = await self._next_valid()
                 if manifest is None:
                     raise AgentFailed(NONE_VALID, "integrity") from e
+            finally:
+                if spool is not None:
+                    spool.discard()
 
     async def _fallbacks(self) -> list[dict]:
         """The older checkpoints that verify, newest first: where an object the chosen one
