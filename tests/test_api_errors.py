@@ -82,15 +82,16 @@ def lifecycle(lab):
     return lab.app.web_app.settings["gpu_pause"]
 
 
-async def assert_untouched(lab, s, store_dir):
-    """The session is still there, running its kernel, with no checkpoint and no event."""
+async def assert_untouched(lab, s, store_dir, events: tuple[str, ...] = ()):
+    """The session is still there, running its kernel, with no checkpoint and no event (but
+    ``events``, by type)."""
     lc = lifecycle(lab)
     await lc.table.refresh()
     now = lc.table.sessions[s["id"]]
     assert now.state == "active" and now.kernel_id == s["kernel_id"], now
     assert now.checkpoint is None and now.error is None
     assert lab.kernel_alive(s["kernel_id"])
-    assert await lc.events(session_id=s["id"]) == []
+    assert [e["type"] for e in await lc.events(session_id=s["id"])] == list(events)
     assert not list((store_dir / "v1" / "sessions").glob("*/*.json"))
     assert await lc.list_checkpoints(s["id"]) == []
 
@@ -381,8 +382,8 @@ async def test_pause_refuses_a_non_python_kernel(lab, jp_data_dir, store_dir, ac
     assert code == 409, err
     assert "pause is not supported for r kernels" in err["message"].lower()
     assert err["reason"] == "unsupported-kernel"
-    # And the kernel keeps running, untouched
-    await assert_untouched(lab, s, store_dir)
+    # And the kernel keeps running, untouched (its session said unpausable once, at its start)
+    await assert_untouched(lab, s, store_dir, events=("unpausable",))
     assert (await lab.run(s["kernel_id"], "print(6 * 7)")).strip() == "42"
 
 

@@ -80,7 +80,7 @@ async def test_schema_is_shipped_and_registered(lab):
     # Then our schema is registered with jupyter_server's event logger, from the package's file
     registered = lab.app.event_logger.schemas.get(SCHEMA_ID)
     schema = shipped_schema()
-    assert schema["$id"] == SCHEMA_ID and registered.version == schema["version"] == "5"
+    assert schema["$id"] == SCHEMA_ID and registered.version == schema["version"] == "6"
     assert set(schema["required"]) == FIELDS == set(schema["properties"])
     # And a payload missing a field, carrying an unknown one or of an unknown type is refused
     good = {f: "x" for f in FIELDS} | {"type": "paused", "detail": {}, "kernel_id": None}

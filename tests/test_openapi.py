@@ -95,12 +95,17 @@ def test_a_field_the_session_schema_lacks_fails():
         kernel_name="python3",
         state="idle",
         gpu_session=False,
-        accounting={"gpu_seconds_held": 0, "gpu_seconds_idle": 0, "gpu_seconds_reclaimed": 0},
+        accounting={
+            "gpu_seconds_held": 0,
+            "gpu_seconds_idle": 0,
+            "gpu_seconds_reclaimed": 0,
+            "gpu_seconds_unpausable": 0,
+        },
     )
     check("GET", "/gpu-pause/api/sessions/s", 200, json.dumps(session))
-    session["pausable"] = None
+    session["pausable_since"] = None
     # Then it does not pass, and the message says which field
-    with pytest.raises(SpecMismatch, match="'pausable' was unexpected"):
+    with pytest.raises(SpecMismatch, match="'pausable_since' was unexpected"):
         check("GET", "/gpu-pause/api/sessions/s", 200, json.dumps(session))
 
 
@@ -133,6 +138,7 @@ CLIENT_TYPES = {
     types.AmbientRestore: "AmbientRestore",
     types.LastOperation: "LastOperation",
     types.SessionAccounting: "SessionAccounting",
+    types.Pausable: "Pausable",
     types.NameReason: "NameReason",
     types.Checkpoint: "Checkpoint",
     types.Event: "Event",

@@ -107,7 +107,7 @@ async def test_a_kernel_that_never_answers_does_not_hold_up_the_others(lab):
 
 
 @pytest.mark.parametrize("policies", [[short(name="everything", idle=2, warn=1)]])
-async def test_a_refused_policy_pause_says_why_and_schedules_the_next(lab, jp_data_dir):
+async def test_a_kernel_the_agent_cannot_pause_is_never_tried(lab, jp_data_dir):
     # Given a policy that matches a kernel whose language the agent cannot pause (R)
     spec = jp_data_dir / "kernels" / "fake-r"
     spec.mkdir(parents=True, exist_ok=True)
@@ -115,27 +115,18 @@ async def test_a_refused_policy_pause_says_why_and_schedules_the_next(lab, jp_da
     (spec / "kernel.json").write_text(
         json.dumps({"argv": argv, "display_name": "Fake R", "language": "R"})
     )
+    opened = datetime.now(timezone.utc)
     s = await lab.open_notebook("analysis.ipynb", kernel_name="fake-r")
-
-    # When the policy's pause is refused
-    (event,) = await wait_for(lambda: lab.events(s["id"], "pause_failed"))
-    # Then an event and the session both say why, and the kernel keeps running
-    assert event["reason"] == "policy:everything"
-    assert event["detail"]["error_reason"] == "unsupported-kernel"
-    assert parse_iso(event["detail"]["retry_at"]) > parse_iso(event["time"])
+    # When the monitor has looked at it past its idle timeout and warning
+    await lab.monitor_passes(after=opened + timedelta(seconds=4), passes=2)
+    # Then its session says why it cannot be paused, and no pause was tried or announced
+    # (docs/policies.md: "unpausable" is "keep" by default)
     cur = await lab.session(s["id"])
-    assert cur["error"]["reason"] == "unsupported-kernel", cur
-    assert "Pause by policy everything failed" in cur["message"]
+    assert cur["pausable"]["reason"] == "unsupported-kernel", cur
     assert "not supported for r kernels" in cur["message"]
-    assert lab.kernel_alive(s["kernel_id"])
-
-    # And the next attempt is announced ahead of time, never in the past
-    async def announced():
-        cur = await lab.session(s["id"])
-        return cur if cur["pause_at"] else None
-
-    cur = await wait_for(announced)
-    assert parse_iso(cur["pause_at"]) >= parse_iso(event["detail"]["retry_at"])
+    assert cur["pause_at"] is None and cur["error"] is None, cur
+    assert await lab.events(s["id"], "pause_failed") == []
+    assert [e["type"] for e in await lab.events(s["id"])] == ["unpausable"]
     assert (await lab.run(s["kernel_id"], "print(6 * 7)")).strip() == "42"
 
 

@@ -30,8 +30,13 @@ TICK = 0.2
 ROUNDING = 0.25
 
 
-def hours(held=0.0, idle=0.0, reclaimed=0.0) -> dict:
-    return {"gpu_hours_held": held, "gpu_hours_idle": idle, "gpu_hours_reclaimed": reclaimed}
+def hours(held=0.0, idle=0.0, reclaimed=0.0, unpausable=0.0) -> dict:
+    return {
+        "gpu_hours_held": held,
+        "gpu_hours_idle": idle,
+        "gpu_hours_reclaimed": reclaimed,
+        "gpu_hours_unpausable": unpausable,
+    }
 
 
 ZERO = hours()
@@ -255,16 +260,16 @@ async def test_accounting_table_is_added_to_an_existing_database(tmp_path):
     records = Records(str(path))
     try:
         (loaded,) = await records.load_sessions()
-        await records.add_accounting([("2026-12-02T10", old.id, old.path, 60.0, 30.0, 0.0)])
-        await records.add_accounting([("2026-12-02T10", old.id, old.path, 60.0, 0.0, 5.0)])
+        await records.add_accounting([("2026-12-02T10", old.id, old.path, 60.0, 30.0, 0.0, 0.0)])
+        await records.add_accounting([("2026-12-02T10", old.id, old.path, 60.0, 0.0, 5.0, 0.0)])
         data = await records.accounting("2026-12-01T00")
     finally:
         records.close()
     # Then the session is kept, and accounting rows add up in the new table
     assert loaded.id == old.id and loaded.state == "paused"
     assert loaded.gpu_seconds_reclaimed == 0 and loaded.gpu_devices_paused == 0
-    assert data["sessions"] == [(old.id, "old.ipynb", 120.0, 30.0, 5.0)]
-    assert data["days"] == [("2026-12-02", 120.0, 30.0, 5.0)]
+    assert data["sessions"] == [(old.id, "old.ipynb", 120.0, 30.0, 5.0, 0.0)]
+    assert data["days"] == [("2026-12-02", 120.0, 30.0, 5.0, 0.0)]
 
 
 def test_servers_opening_one_new_records_database_at_once_all_get_it(tmp_path):

@@ -235,6 +235,11 @@ BAD_CONFIGS = [
         ["GpuPauseApp.policies", "policy 'nightly': unknown key 'idle_timout'"],
     ),
     (
+        "bad-unpausable",
+        "c.GpuPauseApp.policies = [{'name': 'nightly', 'unpausable': 'pause'}]",
+        ["GpuPauseApp.policies", "policy 'nightly': 'unpausable' must be one of keep, cull"],
+    ),
+    (
         "budget-unknown-key",
         "c.GpuPauseApp.budgets = [{'name': 'lab', 'gpu_hours': 40, 'perid': 'month'}]",
         ["GpuPauseApp.budgets", "budget 'lab': unknown key 'perid'"],

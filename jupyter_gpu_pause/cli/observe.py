@@ -94,6 +94,11 @@ class ReportCommand(Command):
         out.line(
             f"GPU-hours since {doc['since']}: held {t['gpu_hours_held']:.2f}, of which idle "
             f"{t['gpu_hours_idle']:.2f}; reclaimed by pauses {t['gpu_hours_reclaimed']:.2f}"
+            + (  # (an older server's report has no such figure)
+                f"; held by kernels that cannot be paused {unpausable:.2f}"
+                if (unpausable := t.get("gpu_hours_unpausable"))
+                else ""
+            )
         )
         rows = [
             [

@@ -160,6 +160,22 @@ class SessionAccounting(TypedDict):
     gpu_seconds_held: float
     gpu_seconds_idle: float
     gpu_seconds_reclaimed: float
+    gpu_seconds_unpausable: float
+
+
+class Pausable(TypedDict, total=False):
+    """A Session's ``pausable``: ``ok`` always; ``reason`` and ``message`` when it is false."""
+
+    ok: bool
+    reason: Literal[
+        "unsupported-kernel",
+        "python-too-old",
+        "no-ipython",
+        "agent-refused",
+        "agent-missing",
+        "agent-version",
+    ]
+    message: str
 
 
 class Session(TypedDict):
@@ -189,6 +205,7 @@ class Session(TypedDict):
     message: str | None
     restore: RestoreReport | None
     last_operation: LastOperation | None
+    pausable: Pausable | None
     accounting: SessionAccounting
 
 
@@ -250,6 +267,7 @@ class Budget(TypedDict):
     state: Literal["ok", "warned", "held"]
     retry_at: str | None
     text: str
+    unpausable_hours: float | None
 
 
 class Budgets(TypedDict):

@@ -5,6 +5,7 @@
  * DOM, no server.
  */
 import { CommandIDs, IRebuildPlan, ISession } from './tokens';
+import { unpausable } from './unpausable/text';
 
 /**
  * Whether the checkpoint to resume holds GPU tensors, which makes a resume
@@ -97,7 +98,7 @@ export function primaryCommand(session: ISession): string | null {
   switch (session.state) {
     case 'active':
     case 'idle':
-      return CommandIDs.pause;
+      return unpausable(session) ? null : CommandIDs.pause;
     case 'paused':
     case 'suspended':
       return CommandIDs.resume;
@@ -131,13 +132,16 @@ export function sessionActions(session: ISession): string[] {
     ? [CommandIDs.resume, CommandIDs.resumeCpu]
     : [CommandIDs.resume];
   const rebuild = rebuildOffer(session) ? [CommandIDs.rebuild] : [];
+  // A kernel that cannot be paused is never offered a pause; a policy that
+  // will shut it down can still be postponed.
+  const pause = unpausable(session) ? [] : [CommandIDs.pause];
   switch (session.state) {
     case 'active':
-      return [...rebuild, CommandIDs.pause];
+      return [...rebuild, ...pause];
     case 'idle':
       return session.pause_at
-        ? [...rebuild, CommandIDs.pause, CommandIDs.keepRunning]
-        : [...rebuild, CommandIDs.pause];
+        ? [...rebuild, ...pause, CommandIDs.keepRunning]
+        : [...rebuild, ...pause];
     case 'pausing':
       return [CommandIDs.cancel];
     case 'waiting':

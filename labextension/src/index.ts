@@ -36,6 +36,7 @@ import {
   PLUGIN_ID,
   TRANSLATION_DOMAIN
 } from './tokens';
+import { UnpausableNotifier } from './unpausable/notify';
 import { BudgetLine } from './widgets/budget';
 import { GpuHoursChart } from './widgets/chart';
 import { SessionsPanel } from './widgets/panel';
@@ -104,6 +105,8 @@ const core: JupyterFrontEndPlugin<IGpuPause> = {
     // After the resume's own toast: what it did not bring back, and the plan.
     new RebuildNotifier({ model, commands: app.commands, trans });
     new BudgetNotifier({ model, trans });
+    // Once per session whose kernel cannot be paused.
+    new UnpausableNotifier({ model, trans });
 
     if (settingRegistry) {
       const apply = (loaded: ISettingRegistry.ISettings): void => {

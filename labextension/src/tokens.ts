@@ -215,6 +215,13 @@ export type IRestoreReport = Schemas['RestoreReport'];
 export type ISession = Schemas['Session'];
 
 /**
+ * Whether a session's kernel can be paused: `{ok: true}` once known,
+ * `{ok: false, reason, message}` once known not (a bash kernel, a Python
+ * whose agent cannot run); a session holds `null` while nobody knows yet.
+ */
+export type IPausable = Schemas['Pausable'];
+
+/**
  * Types of lifecycle events: exactly the `enum` of the server's event schema
  * (`EventType` in `server/state/event_types.py`; docs/webhooks.md says what
  * each means). `tests/test_event_vocabulary.py` fails when they differ.
@@ -228,6 +235,7 @@ export type EventType =
   | 'budget_warned'
   | 'budget_held'
   | 'budget_granted'
+  | 'unpausable'
   | 'resumed'
   | 'resume_failed'
   | 'waiting'

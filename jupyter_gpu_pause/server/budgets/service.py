@@ -19,7 +19,7 @@ import grp
 import math
 import os
 import pwd
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -56,6 +56,9 @@ class Figures:
     since: float  # where the period's count starts (its start, or a reset), queue clock
     last_grant: float | None
     notices: list[tuple[str, float]]
+    # of used: GPU-hours held by kernels known not to be pausable, as this server counted them
+    # since the period's start (None: not known here, another user's row)
+    unpausable_hours: float | None = None
 
     @property
     def ratio(self) -> float:
@@ -95,6 +98,9 @@ class Figures:
             "state": self.state,
             "retry_at": iso(self.retry_at) if self.retry_at else None,
             "text": self.text(),
+            "unpausable_hours": (
+                None if self.unpausable_hours is None else round(self.unpausable_hours, 6)
+            ),
         }
 
     def detail(self) -> dict:
@@ -196,6 +202,9 @@ class Budgets:
         self.log = log
         self.current: Figures | None = None  # this server's user, as of the last look
         self.seen_at = 0.0
+        # GPU-seconds this server's kernels that cannot be paused held since a time (the idle
+        # monitor's ledger sets it; None: not counted)
+        self.unpausable_seconds: Callable[[datetime], Awaitable[float]] | None = None
 
     @property
     def is_admin(self) -> bool:
@@ -235,8 +244,12 @@ class Budgets:
         return figures(rule, user, facts)
 
     async def own(self) -> Figures | None:
-        self.current = await self.figures_of(self.user, self.groups)
-        return self.current
+        f = await self.figures_of(self.user, self.groups)
+        if f is not None and self.unpausable_seconds is not None:
+            since = datetime.fromtimestamp(f.since, timezone.utc)
+            f.unpausable_hours = await self.unpausable_seconds(since) / HOUR
+        self.current = f
+        return f
 
     async def rows(self) -> dict:
         """``GET budget``: the user's own; every known user's on an admin's server."""
@@ -247,7 +260,7 @@ class Budgets:
         users[self.user] = self.groups
         rows = []
         for user in sorted(users):
-            f = await self.figures_of(user, users[user])
+            f = await (self.own() if user == self.user else self.figures_of(user, users[user]))
             if f is not None:
                 rows.append(f.to_json())
         return {"admin": True, "user": self.user, "budgets": rows}

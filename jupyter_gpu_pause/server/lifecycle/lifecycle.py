@@ -43,6 +43,7 @@ from .context import (
 )
 from .inplace import ResumeInPlace
 from .operations import DEVICES, Op, Operations, PauseSettings
+from .pausable import UNPAUSABLE_REASONS
 from .pause import Pause
 from .rebuild import Rebuild, read_result, tell
 from .recovery import Recovery
@@ -445,10 +446,16 @@ class Lifecycle:
             return s
 
     async def check(self, session_id: str) -> CheckReply:
-        """What a pause would save and skip, now, without writing or changing anything."""
+        """What a pause would save and skip, now, without writing or changing anything (a
+        refusal that says no pause can succeed also marks the session unpausable)."""
         s = self.table.get(session_id)
         await self._settled(s)
-        return await DryRun(self._check_ctx, s).run()
+        try:
+            return await DryRun(self._check_ctx, s).run()
+        except GpuPauseError as e:
+            if e.reason in UNPAUSABLE_REASONS:
+                await self.table.unpausable(s, e.reason, e.message)
+            raise
 
     async def _settled(self, s: Session) -> Op | None:
         """The session's operation in flight, as an action asked now must see it: one that

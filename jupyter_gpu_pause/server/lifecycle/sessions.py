@@ -21,11 +21,12 @@ from typing import TYPE_CHECKING
 
 from ...kernel.protocol import TRACK, NoArgs
 from ..kernels.bridge import KernelBridge
-from ..state.errors import NotFound, session_error
+from ..state.errors import GpuPauseError, NotFound, session_error
 from ..state.event_types import EventType
 from ..state.model import RUNNING, Session, SessionState
 from ..state.records import Records, new_event
 from .operations import Operations
+from .pausable import PAUSABLE, UNPAUSABLE_REASONS, known_unpausable, language_says, unpausable
 
 if TYPE_CHECKING:
     from .context import EventOutbox, KernelUse
@@ -166,7 +167,11 @@ class SessionTable:
             self.sessions[s.id] = s
             by_kernel[kid] = s  # (a kernel in two Jupyter sessions: Lab's renaming) one row
             await self.records.save(s)
-            self._start_cell_log(s, kid)
+            said = language_says(self.bridge.language(s.kernel_name))
+            if said is None:
+                self._start_cell_log(s, kid)
+            else:  # not Python: known at once, no agent asked
+                await self.unpausable(s, said["reason"], said["message"])
         self.waiting_kernels = waiting
         if self.kernel_use is not None:  # (no waiting kernels without it)
             for kid in waiting:  # its first cell makes it a session: watch it from now on
@@ -195,7 +200,9 @@ class SessionTable:
         then rebuild what its checkpoint could not hold, knowing each cell's run time. Cells
         run before this are still recorded, without their run time. A kernel busy with a cell
         is not asked: the request would wait behind the cell, counted as ours (the agent's
-        first request, a check or a pause, starts the log then)."""
+        first request, a check or a pause, starts the log then).
+
+        This first request also tells whether the kernel can be paused (``pausable.py``)."""
         if self.bridge.language(s.kernel_name) != "python":
             return
         if self.bridge.execution_state(kernel_id) == "busy":
@@ -204,11 +211,50 @@ class SessionTable:
         async def ask(kernel_id: str) -> None:
             try:
                 await self.bridge.run_agent(kernel_id, TRACK, NoArgs())
-            except Exception as e:  # gone already, another environment: its first pause says
+            except GpuPauseError as e:
+                if e.reason in UNPAUSABLE_REASONS and s.kernel_id == kernel_id:
+                    await self.unpausable(s, e.reason, e.message)
+                    return
                 self.log.debug("jupyter_gpu_pause: no cell log in kernel %s: %r", kernel_id, e)
+            except Exception as e:  # gone already: its first pause says
+                self.log.debug("jupyter_gpu_pause: no cell log in kernel %s: %r", kernel_id, e)
+            else:
+                if s.kernel_id == kernel_id:
+                    await self.pausable(s)
 
-        self._cell_logs.add(task := asyncio.ensure_future(ask(kernel_id)))
+        self._keep(asyncio.ensure_future(ask(kernel_id)))
+
+    def _keep(self, task: asyncio.Future) -> None:
+        """Hold a background request until it ends (the loop holds tasks weakly)."""
+        self._cell_logs.add(task)
         task.add_done_callback(self._cell_logs.discard)
+
+    async def pausable(self, s: Session) -> None:
+        """The agent answered in the session's kernel: it can be paused (unless already known
+        otherwise: a later answer does not undo what a refusal taught)."""
+        if s.pausable is None:
+            s.pausable = PAUSABLE
+            await self.persist(s)
+
+    async def unpausable(self, s: Session, reason: str, message: str) -> None:
+        """The session's kernel is known not to be pausable (``reason`` one of
+        ``UNPAUSABLE_REASONS``): said on the session, saved, and one ``unpausable`` event,
+        the first time only."""
+        if known_unpausable(s) or self.sessions.get(s.id) is not s:
+            return
+        s.pausable = unpausable(reason, message)
+        s.message = f"Cannot be paused: {message}. Its GPU is not given back by pausing"
+        await self.persist(s)
+        await self.record_event(
+            s,
+            EventType.UNPAUSABLE,
+            "kernel",
+            error_reason=reason,
+            pausable=s.pausable,
+            message=f"{s.path} cannot be paused: {message}. Its GPU is not given back by "
+            "pausing; an idle policy keeps it running or shuts it down, as its 'unpausable' "
+            "key says",
+        )
 
     def _waits(self, kid: str, paths: list[str], comeback: set[str]) -> bool:
         """A kernel that ran nothing, opened for a paused notebook (or not yet renamed from
@@ -304,6 +350,8 @@ class SessionTable:
         s.message = message or text
         await self.persist(s)
         await self.record_event(s, event, by, message=text, error_reason=reason, **detail)
+        if reason in UNPAUSABLE_REASONS:  # no pause of this kernel can succeed: say so once
+            await self.unpausable(s, reason, text)
 
     async def record_event(self, s: Session, type_: str, reason: str, /, **detail) -> None:
         """Add an event to the records (with its webhook deliveries), then hand it to every

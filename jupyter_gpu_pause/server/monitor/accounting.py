@@ -3,7 +3,9 @@
 Every figure counts per device: a kernel holding two GPUs for an hour held two GPU-hours.
 *Held* accrues while a running kernel holds GPU memory, *idle* is the part of it without
 activity, *reclaimed* accrues while a session that held GPUs when it was paused stays paused
-(or waits to resume). The monitor hands over intervals; the ledger adds them to the session's
+(or waits to resume). *Unpausable* is the part of held while the kernel was known not to be
+pausable (``lifecycle/pausable.py``): GPU time no pause could have given back. The monitor
+hands over intervals; the ledger adds them to the session's
 totals at once and keeps them by UTC hour in memory until the tick's end, when one transaction
 writes them all. Hour rows let a report start at any hour ("24h") and still draw whole days.
 """
@@ -20,7 +22,7 @@ from ..state.model import Session
 
 DEFAULT_WINDOW = timedelta(days=30)
 MAX_DAYS = 90  # longest per-day series a report carries (the latest days of its window)
-_KINDS = ("held", "idle", "reclaimed")
+_KINDS = ("held", "idle", "reclaimed", "unpausable")
 
 
 def parse_since(text: str | None, now: datetime) -> datetime:
@@ -66,11 +68,12 @@ def _hours(seconds: float) -> float:
     return round(seconds / 3600, 4)
 
 
-def _figures(held: float, idle: float, reclaimed: float) -> dict:
+def _figures(held: float, idle: float, reclaimed: float, unpausable: float) -> dict:
     return {
         "gpu_hours_held": _hours(held),
         "gpu_hours_idle": _hours(idle),
         "gpu_hours_reclaimed": _hours(reclaimed),
+        "gpu_hours_unpausable": _hours(unpausable),
     }
 
 
@@ -79,12 +82,14 @@ class Ledger:
 
     def __init__(self, records):
         self.records = records
-        self._pending: dict[tuple[str, str], list] = {}  # (hour, session id) -> [path, h, i, r]
-        # told (held, idle, reclaimed) GPU-seconds as they accrue: the metrics' counters
-        self.listeners: list[Callable[[float, float, float], None]] = []
+        # (hour, session id) -> [path, held, idle, reclaimed, unpausable]
+        self._pending: dict[tuple[str, str], list] = {}
+        # told (held, idle, reclaimed, unpausable) GPU-seconds as they accrue: the metrics'
+        self.listeners: list[Callable[[float, float, float, float], None]] = []
 
     def add(self, s, start: datetime, end: datetime, **devices: int) -> None:
-        """Count ``[start, end)`` for session ``s``; ``held=2, idle=2`` means two GPUs, idle."""
+        """Count ``[start, end)`` for session ``s``; ``held=2, idle=2`` means two GPUs, idle
+        (``unpausable``, like ``idle``, is a part of ``held``)."""
         seconds = (end - start).total_seconds()
         if seconds <= 0:
             return
@@ -92,17 +97,17 @@ class Ledger:
         s.gpu_seconds_held += seconds * factors[0]
         s.gpu_seconds_idle += seconds * factors[1]
         s.gpu_seconds_reclaimed += seconds * factors[2]
+        s.gpu_seconds_unpausable += seconds * factors[3]
         for hour, part in hour_slices(start, end):
             self._merge(hour, s.id, s.path, *(part * f for f in factors))
         for listener in self.listeners:
             listener(*(seconds * f for f in factors))
 
-    def _merge(self, hour: str, sid: str, path: str, held, idle, reclaimed) -> None:
-        row = self._pending.setdefault((hour, sid), [path, 0.0, 0.0, 0.0])
+    def _merge(self, hour: str, sid: str, path: str, *seconds: float) -> None:
+        row = self._pending.setdefault((hour, sid), [path, *(0.0 for _ in _KINDS)])
         row[0] = path
-        row[1] += held
-        row[2] += idle
-        row[3] += reclaimed
+        for i, value in enumerate(seconds, 1):
+            row[i] += value
 
     async def flush(self) -> None:
         """Write what was counted since the last flush, in one transaction."""
@@ -118,6 +123,13 @@ class Ledger:
             raise
         # (cancelled while waiting: the write is queued on the records thread and still runs)
 
+    async def unpausable_seconds(self, since: datetime) -> float:
+        """GPU-seconds held by kernels known not to be pausable from ``since`` (floored to the
+        hour) until now, as this server counted them: the budget's ``unpausable_hours``."""
+        await self.flush()
+        data = await self.records.accounting(hour_key(floor_hour(since)))
+        return sum(row[-1] for row in data["sessions"])
+
     async def report(
         self, since: str | None, sessions: Mapping[str, Session], now: datetime | None = None
     ):
@@ -131,19 +143,19 @@ class Ledger:
         await self.flush()
         data = await self.records.accounting(hour_key(start))
         rows = []
-        totals = [0.0, 0.0, 0.0]
-        for sid, path, held, idle, reclaimed in data["sessions"]:
-            if not (held or idle or reclaimed):
+        totals = [0.0 for _ in _KINDS]
+        for sid, path, *seconds in data["sessions"]:
+            if not any(seconds):
                 continue
             live = sessions.get(sid)
             rows.append(
                 {
                     "session_id": sid,
                     "path": live.path if live is not None else path,
-                    **_figures(held, idle, reclaimed),
+                    **_figures(*seconds),
                 }
             )
-            totals = [a + b for a, b in zip(totals, (held, idle, reclaimed), strict=True)]
+            totals = [a + b for a, b in zip(totals, seconds, strict=True)]
         rows.sort(key=lambda r: (-r["gpu_hours_held"], -r["gpu_hours_reclaimed"], r["path"]))
         by_day = {day: values for day, *values in data["days"]}
         return {
@@ -152,7 +164,7 @@ class Ledger:
             "total": _figures(*totals),
             "sessions": rows,
             "days": [
-                {"day": day, **_figures(*by_day.get(day, (0.0, 0.0, 0.0)))}
+                {"day": day, **_figures(*by_day.get(day, (0.0, 0.0, 0.0, 0.0)))}
                 for day in _days(start.date(), now.date())
             ],
         }

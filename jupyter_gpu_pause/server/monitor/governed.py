@@ -52,6 +52,8 @@ class WatchedSessions(Protocol):
 
     async def record_event(self, s: Session, type_: str, reason: str, /, **detail: Any) -> None: ...
 
+    async def unpausable(self, s: Session, reason: str, message: str) -> None: ...
+
 
 class Governed(Protocol):
     """The lifecycle, as the monitor governs it."""

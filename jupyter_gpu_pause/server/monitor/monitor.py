@@ -20,6 +20,7 @@ from ...kernel.protocol import CHECK, CaptureMode, CheckArgs
 from ...store.format import iso, utcnow
 from ..capacity.probes import GpuProbe, process_tree
 from ..kernels.replies import check_report
+from ..lifecycle.pausable import UNPAUSABLE_REASONS, known_unpausable, what_is_lost
 from ..state.errors import BadRequest, GpuPauseError, WrongState
 from ..state.event_types import EventType
 from ..state.model import RUNNING, Session, SessionState, gpu_device_count
@@ -44,6 +45,8 @@ class Watch:
     """What the monitor remembers about one session between ticks."""
 
     warned_for: datetime | None = None  # the action time we warned about
+    warned_action: str | None = None  # and the action that warning named
+    unpausable_since: datetime | None = None  # first seen known not to be pausable
     warning: asyncio.Task | None = None  # the dry run and event of that warning
     acted_for: datetime | None = None  # the action time we acted on (never act twice)
     keepalive_until: datetime | None = None
@@ -90,6 +93,8 @@ class Monitor:
         tracker.on_activity = self._on_activity
         self.ledger = Ledger(lifecycle.records)
         self.budgets = budgets  # budgets.Budgets, None without budgets
+        if budgets is not None:  # the budget's figure of what no pause could give back
+            budgets.unpausable_seconds = self.ledger.unpausable_seconds
         self.budget_warn_ahead = timedelta(seconds=budget_warning_seconds)
         self.budget = None  # this user's budget figures as of the last pass
         self.watches: dict[str, Watch] = {}
@@ -274,6 +279,9 @@ class Monitor:
         s.gpu = usage.to_json() if usage else None
         policy = first_match(self.policies, s.kernel_name, uses_gpu, self.user)
         s.policy = policy.name if policy and policy.action != "none" else None
+        unpausable = known_unpausable(s)
+        if unpausable and w.unpausable_since is None:  # a pause is no longer what it retries
+            w.unpausable_since, w.retry_after, w.failures = now, None, 0
         s.idle_after = (
             min(60.0, policy.idle_timeout - policy.warn_before) if policy and s.policy else None
         )
@@ -283,10 +291,16 @@ class Monitor:
         last = self.tracker.last.get(s.kernel_id, now)
         s.last_activity = last
         await self._account(s, w, busy or gpu_busy, now)
-        if await self._over_budget(s, w, busy, now):
+        if not unpausable and await self._over_budget(s, w, busy, now):
             return
         if policy is None or s.policy is None or s.id in self.lc.busy_sessions():
             s.pause_at = None
+            return
+        action = policy.action_for(unpausable)
+        if action == "none":  # unpausable: "keep": left running, never warned or tried again
+            s.pause_at = None
+            if w.warning is not None and not w.warning.done():
+                w.warning.cancel()
             return
         if not policy.count_connected and self.bridge.connections(s.kernel_id) > 0:
             s.pause_at = None
@@ -298,20 +312,30 @@ class Monitor:
         for later in (w.keepalive_until, w.retry_after):
             if later and later > act_at:
                 act_at = later
+        if action != policy.action and w.unpausable_since is not None:
+            # the cull of a kernel found unpausable (perhaps by a pause's warning, which said
+            # "pauses", not what is lost) comes a whole ``warn_before`` after it is known
+            act_at = max(act_at, w.unpausable_since + timedelta(seconds=policy.warn_before))
         warn_at = act_at - timedelta(seconds=policy.warn_before)
-        if now >= warn_at and w.warned_for != act_at:
-            w.warned_for = act_at
+        if now >= warn_at and (w.warned_for, w.warned_action) != (act_at, action):
+            w.warned_for, w.warned_action = act_at, action
             if w.warning is not None:
                 w.warning.cancel()
-            w.warning = asyncio.ensure_future(self._warn(s, policy, act_at))
-        warned = w.warned_for == act_at and w.warning is not None and w.warning.done()
+            w.warning = asyncio.ensure_future(self._warn(s, policy, act_at, action))
+        warned = (
+            (w.warned_for, w.warned_action) == (act_at, action)
+            and w.warning is not None
+            and w.warning.done()
+        )
         # pause_at shows once the warning's event exists, so the two never disagree
-        acts = policy.action in ("pause", "cull")
+        acts = action in ("pause", "cull")
         s.pause_at = act_at if now >= warn_at and acts and warned else None
         if now < act_at or busy or w.acted_for == act_at or not warned:
             return
+        if known_unpausable(s) and action == "pause":  # its warning's dry run just told
+            return
         w.acted_for = act_at
-        if policy.action == "pause":
+        if action == "pause":
             try:
                 await self.lc.pause(s.id, reason=f"policy:{policy.name}")
             except GpuPauseError as e:  # refused at once (an R kernel, a lost signing key…)
@@ -320,12 +344,12 @@ class Monitor:
             task = asyncio.ensure_future(self._watch_outcome(s, w, policy))
             self._outcomes.add(task)
             task.add_done_callback(self._outcomes.discard)
-        elif policy.action == "cull":
+        elif action == "cull":
             try:
                 await self.lc.cull(s.id, reason=f"policy:{policy.name}")
             except Exception as e:  # Jupyter could not shut the kernel down
                 why = e.message if isinstance(e, GpuPauseError) else f"{type(e).__name__}: {e}"
-                await self._refused(s, w, policy, why, "cull")
+                await self._refused(s, w, policy, why, "cull", "cull")
 
     # -- GPU-hour budgets ----------------------------------------------------------------------
     async def _look_at_budget(self):
@@ -423,19 +447,23 @@ class Monitor:
         w.retry_after = utcnow() + timedelta(seconds=delay)
         w.acted_for = None
 
-    async def _refused(self, s, w: Watch, policy: Policy, why: str, reason: str) -> None:
+    async def _refused(
+        self, s, w: Watch, policy: Policy, why: str, reason: str, action: str = "pause"
+    ) -> None:
         """A policy's pause or cull failed at once: say why on the session and in an event
-        (``pause_failed`` or ``cull_failed``), and schedule the next attempt with backoff."""
+        (``pause_failed`` or ``cull_failed``), and schedule the next attempt with backoff (a
+        pause refused for a reason that says no pause can succeed is not tried again: the
+        session table marks it unpausable, and the next pass does what the policy says)."""
         self._back_off(s, w, policy)
         await self.lc.table.fail(
             s,
-            EventType.failed(policy.action),
+            EventType.failed(action),
             f"policy:{policy.name}",
             state=None,  # the kernel runs on, untouched
             reason=reason,
             text=why,
             intact=True,
-            message=f"{policy.action.capitalize()} by policy {policy.name} failed: {why}. The "
+            message=f"{action.capitalize()} by policy {policy.name} failed: {why}. The "
             "kernel is still running with all its variables.",
             retry_at=iso(w.retry_after),
         )
@@ -475,32 +503,40 @@ class Monitor:
         except asyncio.TimeoutError:
             return None, f"the kernel did not answer within {DRY_RUN_TIMEOUT:g} s"
         except GpuPauseError as e:
+            if e.reason in UNPAUSABLE_REASONS:  # no pause can succeed: known before trying
+                await self.lc.table.unpausable(s, e.reason, e.message)
             return None, e.message
 
-    async def _warn(self, s, policy: Policy, act_at: datetime) -> None:
-        """Record the warning event, naming what will not survive (a dry run in the kernel).
+    async def _warn(self, s, policy: Policy, act_at: datetime, action: str) -> None:
+        """Record the warning event, naming what will not survive (a dry run in the kernel;
+        for a kernel that cannot be paused, its whole state).
 
         Runs in its own task; a kernel that does not answer the dry run is given up on after
         ``DRY_RUN_TIMEOUT`` and the warning says so. Never raises.
         """
         skipped, unknown = None, None
-        if policy.action == "pause":
+        if action == "pause":
             skipped, unknown = await self._dry_run(s)
-        verb = {"pause": "pauses", "cull": "shuts down", "warn": "has been idle until"}[
-            policy.action
-        ]
+        verb = {"pause": "pauses", "cull": "shuts down", "warn": "has been idle until"}[action]
         message = f"{s.path} {verb} at {iso(act_at)} (policy {policy.name})"
         message += _survival_text(skipped, unknown)
-        if policy.action == "cull":
+        detail = {}
+        if action == "cull" and known_unpausable(s):
+            lost = what_is_lost(self.bridge.language(s.kernel_name))
+            why = (s.pausable or {}).get("message", "")
+            message += f"; it cannot be paused ({why}), so its state will be lost: {lost}"
+            detail = {"lost": lost, "error_reason": (s.pausable or {}).get("reason")}
+        elif action == "cull":
             message += "; no checkpoint is made: unsaved variables are lost"
         await self.lc.table.record_event(
             s,
             EventType.WARNED,
             f"policy:{policy.name}",
-            action=policy.action,
+            action=action,
             pause_at=iso(act_at),
             skipped=skipped,
             message=message,
+            **detail,
         )
 
     async def _account(self, s, w: Watch, active: bool, now: datetime) -> None:
@@ -511,7 +547,10 @@ class Monitor:
             w.gpu_since = None
             return
         if start is not None:
-            self.ledger.add(s, start, now, held=devices, idle=0 if active else devices)
+            unpausable = devices if known_unpausable(s) else 0
+            self.ledger.add(
+                s, start, now, held=devices, idle=0 if active else devices, unpausable=unpausable
+            )
         await self._save_now_and_then(s, w, now)
         w.gpu_since = w.gpu_since or now
         if self.alarm_hours > 0:

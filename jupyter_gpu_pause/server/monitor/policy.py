@@ -14,6 +14,8 @@ from typing import Any
 from ..config.checks import twice
 
 ACTIONS = ("pause", "cull", "warn", "none")
+# what a ``pause`` policy does with a kernel known not to be pausable (lifecycle/pausable.py)
+UNPAUSABLE = ("keep", "cull")
 MATCH_KEYS: dict[str, type] = {"kernel_name": str, "uses_gpu": bool, "user": str}
 KEYS: dict[str, type | tuple[type, ...]] = {
     "name": str,
@@ -24,6 +26,7 @@ KEYS: dict[str, type | tuple[type, ...]] = {
     "gpu_idle_below": (int, float),
     "count_connected": bool,
     "max_keepalive": (int, float),
+    "unpausable": str,
 }
 
 
@@ -41,6 +44,7 @@ class Policy:
     gpu_idle_below: float = 5.0
     count_connected: bool = True
     max_keepalive: float = 14400.0
+    unpausable: str = "keep"
 
     def matches(self, kernel_name: str, uses_gpu: bool, user: str | None) -> bool:
         m = self.match
@@ -62,7 +66,16 @@ class Policy:
             "gpu_idle_below": self.gpu_idle_below,
             "count_connected": self.count_connected,
             "max_keepalive": self.max_keepalive,
+            "unpausable": self.unpausable,
         }
+
+    def action_for(self, unpausable: bool) -> str:
+        """What this policy does to a session: its ``action``, except that a ``pause`` of a
+        kernel known not to be pausable is ``unpausable``'s: ``keep`` (nothing: it never
+        warns or tries again) or ``cull``."""
+        if unpausable and self.action == "pause":
+            return "none" if self.unpausable == "keep" else "cull"
+        return self.action
 
 
 def _type_name(t) -> str:
@@ -88,6 +101,11 @@ def parse_policy(raw, index: int) -> Policy:
     if raw.get("action", "pause") not in ACTIONS:
         raise PolicyError(
             f"{label}: unknown action {raw['action']!r}; use one of {', '.join(ACTIONS)}"
+        )
+    if raw.get("unpausable", "keep") not in UNPAUSABLE:
+        raise PolicyError(
+            f"{label}: 'unpausable' must be one of {', '.join(UNPAUSABLE)}, not "
+            f"{raw['unpausable']!r} (what a pause does with a kernel that cannot be paused)"
         )
     for key in ("idle_timeout", "warn_before", "max_keepalive", "gpu_idle_below"):
         if key in raw and raw[key] < 0:

@@ -42,6 +42,7 @@ class EventType(StrEnum):
     BUDGET_WARNED = "budget_warned"  # the user's GPU-hour budget passed warn_at this period
     BUDGET_HELD = "budget_held"  # it passed hold_at: GPU resumes are refused until it renews
     BUDGET_GRANTED = "budget_granted"  # an admin's grant lifted the hold
+    UNPAUSABLE = "unpausable"  # the session's kernel is known not to be pausable
 
     @classmethod
     def failed(cls, operation: str) -> EventType:

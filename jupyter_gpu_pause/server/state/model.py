@@ -106,6 +106,16 @@ class LastOperation(TypedDict):
     gpu_released_seconds: float | None
 
 
+class Pausable(TypedDict, total=False):
+    """Whether the kernel can be paused (``lifecycle/pausable.py``): ``{"ok": true}`` once
+    known pausable, ``{"ok": false, "reason", "message"}`` once known not; the session holds
+    None while nobody knows yet."""
+
+    ok: bool
+    reason: str
+    message: str
+
+
 RestoreReport = dict[str, Any]  # the agent's restore report, checked (kernels/replies.py)
 GpuReading = dict[str, Any]  # the probe's last reading of the kernel's GPU use
 
@@ -132,6 +142,8 @@ class Session:
     gpu_seconds_held: float = 0.0
     gpu_seconds_idle: float = 0.0
     gpu_seconds_reclaimed: float = 0.0
+    # of held: while the kernel was known not to be pausable (``pausable``)
+    gpu_seconds_unpausable: float = 0.0
     gpu_devices_paused: int = 0  # GPUs the kernel held when it was paused
     # where the last resume put the running kernel: "gpu" (granted), "cpu" (no GPU visible),
     # None (not placed by a resume); and the grant: {"devices": [GPU UUIDs], "bytes": n}
@@ -142,6 +154,8 @@ class Session:
     suspended: Suspension | None = None
     # the last pause or resume to end, with where its time went (sessions.OUTCOMES)
     last_operation: LastOperation | None = None
+    # whether its kernel can be paused; None while not known (lifecycle/pausable.py)
+    pausable: Pausable | None = None
     progress: Progress | None = field(default=None, compare=False)
     queue_position: int | None = field(default=None, compare=False)
     # kept up to date by the idle monitor; meaningless after a restart, so not persisted

@@ -63,6 +63,10 @@ MIGRATIONS = Migrations(
                                   created REAL NOT NULL, PRIMARY KEY (user, key));
         CREATE INDEX idempotency_created ON idempotency(created);
         """,
+        # GPU-seconds held by kernels known not to be pausable (part of held)
+        """
+        ALTER TABLE accounting ADD COLUMN unpausable REAL NOT NULL DEFAULT 0;
+        """,
     ),
 )
 
@@ -269,37 +273,40 @@ class Records:
         db = self._connect()
         with db:  # one transaction for the whole batch
             db.executemany(
-                "INSERT INTO accounting (hour, session_id, path, held, idle, reclaimed) "
-                "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (hour, session_id) DO UPDATE SET "
-                "path = excluded.path, held = held + excluded.held, "
-                "idle = idle + excluded.idle, reclaimed = reclaimed + excluded.reclaimed",
+                "INSERT INTO accounting (hour, session_id, path, held, idle, reclaimed, "
+                "unpausable) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (hour, session_id) DO "
+                "UPDATE SET path = excluded.path, held = held + excluded.held, "
+                "idle = idle + excluded.idle, reclaimed = reclaimed + excluded.reclaimed, "
+                "unpausable = unpausable + excluded.unpausable",
                 rows,
             )
 
     async def add_accounting(self, rows: list[tuple]) -> None:
-        """Add ``(hour, session_id, path, held, idle, reclaimed)`` seconds, in one transaction."""
+        """Add ``(hour, session_id, path, held, idle, reclaimed, unpausable)`` seconds, in one
+        transaction."""
         await self._run(self._add_accounting, rows)
 
     def _accounting(self, since_hour: str) -> dict:
         db = self._connect()
         # SQLite: with MAX(), the bare column ``path`` comes from the row of the latest hour
         sessions = db.execute(
-            "SELECT session_id, path, MAX(hour), SUM(held), SUM(idle), SUM(reclaimed) "
-            "FROM accounting WHERE hour >= ? GROUP BY session_id",
+            "SELECT session_id, path, MAX(hour), SUM(held), SUM(idle), SUM(reclaimed), "
+            "SUM(unpausable) FROM accounting WHERE hour >= ? GROUP BY session_id",
             (since_hour,),
         ).fetchall()
         days = db.execute(
-            "SELECT substr(hour, 1, 10) AS day, SUM(held), SUM(idle), SUM(reclaimed) "
-            "FROM accounting WHERE hour >= ? GROUP BY day",
+            "SELECT substr(hour, 1, 10) AS day, SUM(held), SUM(idle), SUM(reclaimed), "
+            "SUM(unpausable) FROM accounting WHERE hour >= ? GROUP BY day",
             (since_hour,),
         ).fetchall()
         return {
-            "sessions": [(r[0], r[1], r[3], r[4], r[5]) for r in sessions],
+            "sessions": [(r[0], r[1], *r[3:]) for r in sessions],
             "days": [tuple(r) for r in days],
         }
 
     async def accounting(self, since_hour: str) -> dict:
-        """Seconds per session ``(id, path, held, idle, reclaimed)`` and per UTC day."""
+        """Seconds per session ``(id, path, held, idle, reclaimed, unpausable)`` and per UTC
+        day."""
         return await self._run(self._accounting, since_hour)
 
     # -- webhook outbox ------------------------------------------------------------------

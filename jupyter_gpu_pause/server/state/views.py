@@ -102,9 +102,11 @@ def session_json(
         "message": notice or _message(s, state, idle),
         "restore": s.restore,
         "last_operation": s.last_operation,
+        "pausable": s.pausable,
         "accounting": {
             "gpu_seconds_held": round(s.gpu_seconds_held, 1),
             "gpu_seconds_idle": round(s.gpu_seconds_idle, 1),
             "gpu_seconds_reclaimed": round(s.gpu_seconds_reclaimed, 1),
+            "gpu_seconds_unpausable": round(s.gpu_seconds_unpausable, 1),
         },
     }

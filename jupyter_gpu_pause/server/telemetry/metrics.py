@@ -128,6 +128,12 @@ GPU_RECLAIMED = _once(
     "gpu_reclaimed_seconds",
     "GPU-seconds given back by paused sessions, per device they held when paused.",
 )
+GPU_UNPAUSABLE = _once(
+    Counter,
+    "gpu_unpausable_seconds",
+    "GPU-seconds held by running kernels known not to be pausable (a bash kernel, a Python "
+    "whose agent cannot run), per device (part of held: no pause could give them back).",
+)
 STORE_ERRORS = _once(
     Counter,
     "store_errors",
@@ -257,9 +263,14 @@ def store_failed(operation: str, error: BaseException) -> None:
         STORE_ERRORS.labels(operation).inc()
 
 
-def gpu_seconds(held: float, idle: float, reclaimed: float) -> None:
+def gpu_seconds(held: float, idle: float, reclaimed: float, unpausable: float) -> None:
     """``Ledger`` listener: GPU-seconds as the idle monitor accrues them."""
-    for counter, amount in ((GPU_HELD, held), (GPU_IDLE, idle), (GPU_RECLAIMED, reclaimed)):
+    for counter, amount in (
+        (GPU_HELD, held),
+        (GPU_IDLE, idle),
+        (GPU_RECLAIMED, reclaimed),
+        (GPU_UNPAUSABLE, unpausable),
+    ):
         if amount > 0:
             counter.inc(amount)
 

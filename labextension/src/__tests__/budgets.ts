@@ -31,6 +31,7 @@ export function makeBudget(overrides: Partial<IBudget> = {}): IBudget {
     state: 'ok',
     retry_at: null,
     text: '',
+    unpausable_hours: 0,
     ...overrides
   };
 }

@@ -59,7 +59,8 @@ describe('SessionsPanel', () => {
           total: {
             gpu_hours_held: 0,
             gpu_hours_idle: 0,
-            gpu_hours_reclaimed: 0
+            gpu_hours_reclaimed: 0,
+            gpu_hours_unpausable: 0
           },
           until: '',
           sessions: [],
@@ -245,7 +246,8 @@ describe('the budget line in the panel', () => {
           total: {
             gpu_hours_held: 0,
             gpu_hours_idle: 0,
-            gpu_hours_reclaimed: 0
+            gpu_hours_reclaimed: 0,
+            gpu_hours_unpausable: 0
           },
           until: '',
           sessions: [],

@@ -33,10 +33,12 @@ export function makeSession(overrides: Partial<ISession> = {}): ISession {
     message: null,
     restore: null,
     last_operation: null,
+    pausable: null,
     accounting: {
       gpu_seconds_held: 0,
       gpu_seconds_idle: 0,
-      gpu_seconds_reclaimed: 0
+      gpu_seconds_reclaimed: 0,
+      gpu_seconds_unpausable: 0
     },
     ...overrides
   };

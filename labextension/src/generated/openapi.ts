@@ -480,7 +480,23 @@ export interface components {
             message: string | null;
             restore: components["schemas"]["RestoreReport"] | null;
             last_operation: components["schemas"]["LastOperation"] | null;
+            /** @description whether the kernel can be paused; null while not known yet (a Python kernel before its agent first answered) */
+            pausable: components["schemas"]["Pausable"] | null;
             accounting: components["schemas"]["SessionAccounting"];
+        };
+        /**
+         * @description `{"ok": true}` once the kernel is known pausable; `{"ok": false, "reason", "message"}` once known not to be
+         *     (its kernelspec is not Python, or its agent cannot run). Known not pausable stays so for the session.
+         */
+        Pausable: {
+            ok: boolean;
+            /**
+             * @description why it cannot be paused (only when ok is false)
+             * @enum {string}
+             */
+            reason?: "unsupported-kernel" | "python-too-old" | "no-ipython" | "agent-refused" | "agent-missing" | "agent-version";
+            /** @description the same in a sentence for the user (only when ok is false) */
+            message?: string;
         };
         /** @description What the kernel holds on its GPUs now (from NVML) */
         GpuUsage: {
@@ -623,6 +639,8 @@ export interface components {
             gpu_seconds_held: number;
             gpu_seconds_idle: number;
             gpu_seconds_reclaimed: number;
+            /** @description part of held: while the kernel was known not to be pausable */
+            gpu_seconds_unpausable: number;
         };
         NameReason: {
             name: string;
@@ -646,7 +664,7 @@ export interface components {
             problem?: string;
         };
         /** @enum {string} */
-        EventType: "warned" | "keepalive" | "paused" | "pause_failed" | "resumed" | "resume_failed" | "waiting" | "cancelled" | "culled" | "cull_failed" | "gpu_hold_alarm" | "checkpoint_deleted" | "checkpoints_gone" | "recovered" | "discarded" | "server_stop" | "server_stop_failed" | "rebuilt" | "rebuild_failed" | "suspended" | "budget_warned" | "budget_held" | "budget_granted";
+        EventType: "warned" | "keepalive" | "paused" | "pause_failed" | "resumed" | "resume_failed" | "waiting" | "cancelled" | "culled" | "cull_failed" | "gpu_hold_alarm" | "checkpoint_deleted" | "checkpoints_gone" | "recovered" | "discarded" | "server_stop" | "server_stop_failed" | "rebuilt" | "rebuild_failed" | "suspended" | "budget_warned" | "budget_held" | "budget_granted" | "unpausable";
         /** @description Something that happened to a session */
         Event: {
             /** Format: date-time */
@@ -681,6 +699,11 @@ export interface components {
             count_connected: boolean;
             /** @description seconds */
             max_keepalive: number;
+            /**
+             * @description what a `pause` policy does with a kernel that cannot be paused (`keep` it running, untouched; `cull` it, warned first)
+             * @enum {string}
+             */
+            unpausable: "keep" | "cull";
         };
         Policies: {
             policies: components["schemas"]["Policy"][];
@@ -762,6 +785,8 @@ export interface components {
             gpu_hours_held: number;
             gpu_hours_idle: number;
             gpu_hours_reclaimed: number;
+            /** @description part of held: held by kernels known not to be pausable */
+            gpu_hours_unpausable: number;
         };
         /** @description GPU-hours from `since` (floored to the hour) until now */
         Report: {
@@ -777,6 +802,7 @@ export interface components {
                 gpu_hours_held: number;
                 gpu_hours_idle: number;
                 gpu_hours_reclaimed: number;
+                gpu_hours_unpausable: number;
             }[];
             /** @description every UTC day of the window (zeros where nothing was counted), the latest 90 at most */
             days: {
@@ -785,6 +811,7 @@ export interface components {
                 gpu_hours_held: number;
                 gpu_hours_idle: number;
                 gpu_hours_reclaimed: number;
+                gpu_hours_unpausable: number;
             }[];
         };
         /** @description What a pause would save and skip now */
@@ -851,6 +878,8 @@ export interface components {
             /** Format: date-time */
             retry_at: string | null;
             text: string;
+            /** @description of used_hours, the GPU-hours held by kernels known not to be pausable, as the server answering counted them this period (hour by hour); null for another user's row */
+            unpausable_hours: number | null;
         };
         Budgets: {
             /** @description the server's user is a budget admin (every user's rows) */

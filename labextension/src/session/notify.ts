@@ -27,6 +27,7 @@ import {
   ISessionCommandArgs,
   SessionState
 } from '../tokens';
+import { unpausable } from '../unpausable/text';
 import { reattach } from './reattach';
 import {
   failureText,
@@ -410,7 +411,9 @@ export class EventNotifier extends ModelEventListener {
         event.session_id
       )
     ];
-    if (action !== 'warn') {
+    // A kernel that cannot be paused is warned of its shutdown: no pause.
+    const session = this._options.model.byId(event.session_id);
+    if (action !== 'warn' && !unpausable(session)) {
       actions.push(
         this._action(trans.__('Pause now'), CommandIDs.pause, event.session_id)
       );

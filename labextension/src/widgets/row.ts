@@ -36,6 +36,7 @@ import {
   suspendedMessage
 } from '../suspend/text';
 import { CommandIDs, IRebuildPlan, ISession } from '../tokens';
+import { cannotPauseText, unpausable } from '../unpausable/text';
 import { el, setText } from './dom';
 
 /**
@@ -177,6 +178,10 @@ export class SessionRow {
     if (session.state !== 'active' && session.state !== 'idle') {
       return session.message ?? '';
     }
+    const cannot = cannotPauseText(session, trans);
+    if (cannot) {
+      return cannot; // said plainly, in place of the failure that taught it
+    }
     if (error) {
       return trans.__('The last pause failed: %1', error);
     }
@@ -222,7 +227,12 @@ export class SessionRow {
     }
     const left = secondsUntil(session.pause_at, now);
     if (left !== null) {
-      parts.push(trans.__('pauses in %1', countdownText(left)));
+      // a policy shuts a kernel that cannot be paused down instead
+      parts.push(
+        unpausable(session)
+          ? trans.__('shuts down in %1', countdownText(left))
+          : trans.__('pauses in %1', countdownText(left))
+      );
     }
     const cp = session.checkpoint;
     if (cp) {

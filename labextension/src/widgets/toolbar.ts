@@ -29,6 +29,7 @@ import {
 } from '../suspend/text';
 import { notebookPath } from '../target';
 import { CommandIDs, ISession } from '../tokens';
+import { cannotPauseText, unpausable } from '../unpausable/text';
 import { setText } from './dom';
 
 /**
@@ -126,7 +127,7 @@ export class NotebookStateButton extends Widget {
           ? session.message || waitReasonText(session, trans)
           : session.state === 'suspended'
             ? suspendedMessage(session, trans, Date.now())
-            : session.message;
+            : cannotPauseText(session, trans) || session.message;
     node.title = [detail, command ? hint[command] : '']
       .filter(Boolean)
       .join('\n');
@@ -144,6 +145,15 @@ export class NotebookStateButton extends Widget {
           return rebuilding; // no pause until the re-run ends
         }
         const left = secondsUntil(session.pause_at, Date.now());
+        if (unpausable(session)) {
+          // said plainly; a policy may shut it down instead of pausing it
+          return left === null
+            ? trans.__('Cannot be paused')
+            : trans.__(
+                'Cannot be paused · shuts down in %1',
+                countdownText(left)
+              );
+        }
         return left === null
           ? trans.__('Pause GPU kernel')
           : trans.__('Pause · pauses in %1', countdownText(left));
