@@ -174,9 +174,9 @@ class JupyterServer:
         return self.session_until(sid, lambda s: s["state"] in SETTLED, "settled", timeout)
 
     # -- notebooks -----------------------------------------------------------------------------
-    def open_notebook(self, path: str) -> dict:
-        """A notebook session with a new python3 kernel, as JupyterLab opens one."""
-        body = {"path": path, "type": "notebook", "name": path, "kernel": {"name": "python3"}}
+    def open_notebook(self, path: str, kernel: str = "python3") -> dict:
+        """A notebook session with a new kernel of ``kernel``, as JupyterLab opens one."""
+        body = {"path": path, "type": "notebook", "name": path, "kernel": {"name": kernel}}
         js = self.ok("POST", "api/sessions", body, expect=201)
         kid = js["kernel"]["id"]
         return self.until(

@@ -139,9 +139,9 @@ class SuiteServer(JupyterServer):
         if reply["content"]["status"] != "ok":
             raise ServerError(f"kernel {kid}: the cell failed: {reply['content']}")
 
-    def open(self, path: str) -> tuple[str, str]:
-        """A new notebook session; ``(session id, kernel id)``."""
-        s = self.open_notebook(path)
+    def open(self, path: str, kernel: str = "python3") -> tuple[str, str]:
+        """A new notebook session with a kernel of ``kernel``; ``(session id, kernel id)``."""
+        s = self.open_notebook(path, kernel)
         return s["id"], s["kernel_id"]
 
     # -- operations ----------------------------------------------------------------------------
