@@ -13,7 +13,10 @@ test('a bash kernel is named as one that cannot be paused', async ({
   test.setTimeout(120 * 1000);
   const notebook = 'shell.ipynb';
 
-  // Given a notebook on a bash kernel
+  // Given Lab showing the GPU sessions (its first look at the server is done: what happened
+  // before it is history, not news), and then a notebook on a bash kernel
+  const panel = await openPanel(page);
+  await expect(panel).toContainText('No sessions yet');
   await page.notebook.createNew(notebook, { kernel: 'bash' });
   await expect
     .poll(async () => (await serverSession(request, notebook))?.path ?? null, {
@@ -34,7 +37,7 @@ test('a bash kernel is named as one that cannot be paused', async ({
   await expect(toolbarButton(page)).toContainText('Cannot be paused');
   // one notification says what it means for the GPU
   const toast = page
-    .locator('.jp-Notification-Toast')
+    .locator('.jp-Notification-Toast-warning')
     .filter({ hasText: 'cannot be paused' });
   await expect(toast).toHaveCount(1);
   await expect(toast).toContainText('not given back by pausing');
