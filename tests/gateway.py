@@ -28,6 +28,7 @@ import websocket
 
 from tests.cells import CellOutput
 from tests.servers import TOKEN
+from tests.venvs import hidden
 
 ROOT = Path(__file__).resolve().parents[1]
 VENV = ROOT / ".venv-gateway"
@@ -104,13 +105,15 @@ class Gateway:
         )
         self.proc: subprocess.Popen | None = None
 
-    def add_kernelspec(self, name: str, python: Path) -> None:
+    def add_kernelspec(self, name: str, python: Path, hide: Path | None = None) -> None:
         """A kernelspec running ``python`` with nothing of the checkout on its path and no
-        store credentials: a kernel image that has never heard of jupyter_gpu_pause."""
+        store credentials: a kernel image that has never heard of jupyter_gpu_pause; ``hide``:
+        a folder of this machine it does not see (``venvs.hidden``), as on another machine."""
         spec = self.tmp / "share" / "kernels" / name
         spec.mkdir(parents=True)
+        argv = [str(python), "-m", "ipykernel_launcher", "-f", "{connection_file}"]
         kernel = {
-            "argv": [str(python), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+            "argv": hidden(hide, argv) if hide is not None else argv,
             "display_name": f"Remote Python ({name})",
             "language": "python",
             "env": {"PYTHONPATH": ""},

@@ -128,6 +128,29 @@ async def test_a_project_venv_kernel_pauses_and_resumes_with_every_variable(
     assert _spool_folders(store_dir) == []
 
 
+async def test_a_kernel_that_cannot_see_the_spool_sends_its_blobs_over_its_channel(
+    lab, jp_data_dir, store_dir
+):
+    # Given a project-venv kernel that does not see the server's spool folder (a mount
+    # namespace of its own: as a kernel on another machine), holding a 24 MiB array and more
+    project_kernelspec(jp_data_dir / "kernels", "far", project_venv(), hide=store_dir / "spool")
+    s = await lab.open_notebook(kernel_name="far")
+    kid = s["kernel_id"]
+    await lab.run(kid, STATE.format(n=3 * 2**20))
+    look = "import os; print(os.path.exists({!r}))".format(str(store_dir / "spool" / "probe"))
+    assert await lab.run(kid, look) == "False\n"
+    expected = await lab.run(kid, BEFORE)
+
+    # When it is paused and resumed
+    resumed = await _paused_and_resumed(lab, s)
+
+    # Then its blobs went over its own channel, into the store, and back: the next cell prints
+    # what it would have printed
+    assert await lab.run(resumed["kernel_id"], AFTER) == expected
+    assert resumed["checkpoint"]["bytes"] >= 24 * 2**20
+    assert _spool_folders(store_dir) == []
+
+
 @pytest.mark.gp_config(bring_agent=False)
 async def test_without_bring_agent_a_kernel_lacking_it_is_not_paused(lab, project):
     # Given bring_agent = False and a notebook on the project venv
@@ -293,6 +316,25 @@ async def test_a_python_38_kernel_is_named_not_pausable(lab, jp_data_dir):
     reason = (after.get("error") or {}).get("reason") or body.get("reason")
     assert reason == "python-too-old", (code, body, after)
     assert after["pausable"]["ok"] is False and after["pausable"]["reason"] == "python-too-old"
+    assert await lab.run(s["kernel_id"], "print(x)") == "41\n"
+
+
+async def test_a_kernel_that_refuses_the_agent_is_named_not_pausable(lab, jp_data_dir):
+    # Given a kernel whose ipykernel is older than the agent serves (5.x: no get_parent)
+    venv = python_venv("3.9", ("ipykernel<6",), name="39-ipykernel5")
+    project_kernelspec(jp_data_dir / "kernels", "old-ipykernel", venv)
+    s = await lab.open_notebook(kernel_name="old-ipykernel")
+    await lab.run(s["kernel_id"], "x = 41")
+
+    # When the server brings it the agent (its first request), and the user asks to pause
+    code, body = await lab.api("POST", f"sessions/{s['id']}/pause")
+    after = await lab.wait_state(s["id"], ("active", "idle", "failed", "paused"))
+
+    # Then the session says it cannot be paused and why, once; the kernel goes on untouched
+    assert after["pausable"]["ok"] is False, after["pausable"]
+    assert after["pausable"]["reason"] == "agent-refused"
+    assert "ipykernel 6" in after["pausable"]["message"]
+    assert len(await lab.events(s["id"], "unpausable")) == 1
     assert await lab.run(s["kernel_id"], "print(x)") == "41\n"
 
 

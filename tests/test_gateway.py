@@ -205,9 +205,11 @@ def test_pause_resume_remote_torch_kernel(tmp_path, gateway, s3):
 @pytest.fixture
 def project_gateway(tmp_path, s3):
     """The gateway with a second kernelspec, ``project-remote``: the project venv (ipykernel
-    and numpy; no jupyter_gpu_pause, no s3fs, no store credentials)."""
+    and numpy; no jupyter_gpu_pause, no s3fs, no store credentials), in a mount namespace
+    where the server's spool folder (``spool`` next to its records: ``_server``'s db_path) is
+    an empty folder, as on another machine."""
     gw = Gateway(tmp_path)
-    gw.add_kernelspec("project-remote", project_venv() / "bin" / "python")
+    gw.add_kernelspec("project-remote", project_venv() / "bin" / "python", tmp_path / "spool")
     gw.start()
     yield gw
     gw.stop()
@@ -215,15 +217,18 @@ def project_gateway(tmp_path, s3):
 
 def test_a_remote_kernel_without_the_package_pauses_and_resumes(tmp_path, project_gateway, s3):
     # Given our server on the gateway, and a notebook on a remote kernel whose environment
-    # lacks jupyter_gpu_pause (and s3fs, and the store's credentials)
+    # lacks jupyter_gpu_pause (and s3fs, and the store's credentials) and which cannot see the
+    # server's files: its blobs go over its channel, through the gateway
     server = _server(tmp_path, project_gateway, s3)
+    spool = str(tmp_path / "spool")
     try:
         s = _open_notebook(server, "project.ipynb", "project-remote")
         old = s["kernel_id"]
         assert old in project_gateway.kernel_ids()
         cell = "import numpy as np\nw = np.arange(3 * 2**18) * 2\nnote = 'remote'\n"
-        cell += "import importlib.util as u; print(u.find_spec('s3fs'), u.find_spec('fsspec'))"
-        assert run_cell(server, old, cell).split() == ["None", "None"]
+        cell += "import importlib.util as u, os\n"
+        cell += f"print(u.find_spec('s3fs'), u.find_spec('fsspec'), os.listdir({spool!r}))"
+        assert run_cell(server, old, cell).split() == ["None", "None", "[]"]
 
         # When it is paused and resumed through the gateway
         code, body = server.api("POST", f"gpu-pause/api/sessions/{s['id']}/pause")

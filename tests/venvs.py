@@ -49,17 +49,20 @@ def find_python(version: str) -> str | None:
     return None
 
 
-def python_venv(version: str) -> Path:
-    """A project venv of Python ``version`` (``.venv-py39`` for "3.9"; ``make py-venvs``):
-    ipykernel and numpy, as the project venv. Skips when this machine has no such Python."""
+def python_venv(version: str, packages: tuple[str, ...] = PACKAGES, name: str = "") -> Path:
+    """A project venv of Python ``version`` (``.venv-py39`` for "3.9", or ``.venv-py<name>``)
+    holding ``packages`` (ipykernel and numpy, as the project venv). Skips when this machine
+    has no such Python."""
     python = find_python(version)
     if python is None:
         pytest.skip(f"no Python {version} on this machine (python{version}, or pyenv's)")
-    venv = ROOT / f".venv-py{version.replace('.', '')}"
-    return project_venv(venv, python)
+    venv = ROOT / f".venv-py{name or version.replace('.', '')}"
+    return project_venv(venv, python, packages)
 
 
-def project_venv(venv: Path = VENV, python: str = sys.executable) -> Path:
+def project_venv(
+    venv: Path = VENV, python: str = sys.executable, packages: tuple[str, ...] = PACKAGES
+) -> Path:
     """The project venv, made if missing (the same commands as ``make project-venv``).
     Skips when it cannot be made, unless under CI (``CI`` set), where that fails the test."""
     marker = venv / ".installed"
@@ -70,7 +73,7 @@ def project_venv(venv: Path = VENV, python: str = sys.executable) -> Path:
             [python, "-m", "venv", str(venv)], check=True, capture_output=True, env=_env()
         )
         subprocess.run(
-            [str(venv / "bin" / "pip"), "install", "-q", *PACKAGES],
+            [str(venv / "bin" / "pip"), "install", "-q", *packages],
             check=True,
             capture_output=True,
             env=_env(),
@@ -102,18 +105,38 @@ def pip_freeze(venv: Path) -> list[str]:
     return out.splitlines()
 
 
-def project_kernelspec(dest_dir: Path, name: str = "project-py", venv: Path | None = None) -> Path:
+def hidden(folder: Path, argv: list[str]) -> list[str]:
+    """``argv`` run where ``folder`` is an empty folder: a mount namespace of its own with a
+    tmpfs over it, as a kernel on another machine sees none of this one's files. Skips where
+    this machine cannot make one (``unshare`` needs root)."""
+    probe = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "true"], capture_output=True
+    )
+    if probe.returncode != 0:
+        pytest.skip(f"cannot make a mount namespace here: {probe.stderr.decode()[-300:]}")
+    folder.mkdir(parents=True, exist_ok=True)
+    mount = 'mount -t tmpfs tmpfs "$0" && exec "$@"'
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c", mount, str(folder)] + argv
+
+
+def project_kernelspec(
+    dest_dir: Path,
+    name: str = "project-py",
+    venv: Path | None = None,
+    hide: Path | None = None,
+) -> Path:
     """A kernelspec folder ``dest_dir/name`` running the project venv's Python; ``dest_dir`` is
     a ``kernels`` folder the server searches (e.g. ``$JUPYTER_DATA_DIR/kernels``).
 
     Its ``env`` empties PYTHONPATH: the tests put the checkout there for the server's own
     kernels (``conftest._kernel_sees_package``, ``tests/servers.py``), and a kernel inherits
-    the server's environment."""
+    the server's environment. ``hide``: a folder the kernel does not see (``hidden``)."""
     python = (venv or project_venv()) / "bin" / "python"
     spec = dest_dir / name
     spec.mkdir(parents=True, exist_ok=True)
+    argv = [str(python), "-m", "ipykernel_launcher", "-f", "{connection_file}"]
     kernel = {
-        "argv": [str(python), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "argv": hidden(hide, argv) if hide is not None else argv,
         "display_name": f"Project venv ({name})",
         "language": "python",
         "env": {"PYTHONPATH": ""},

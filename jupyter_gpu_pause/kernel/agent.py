@@ -18,7 +18,7 @@ import time
 
 from ..store import IntegrityError, Store, StoreError, declare_intent
 from ..store.schema import MAX_TEXT
-from ..store.spool import SpoolStore
+from ..store.spool import ChannelStore, SpoolStore
 from . import ambient, cells, guard, rerun
 from .capture import CaptureError, environment, host_copies, make_plan, write_plan
 from .dryrun import dry_run
@@ -181,6 +181,8 @@ def _store(params: CaptureArgs | RestoreArgs) -> Store | SpoolStore:
     """The store the server named, with its per-request timeout; or, where this kernel cannot
     write the store itself, the server's spool folder (``store/spool.py``)."""
     spool = params.get("spool")
+    if spool and spool.get("channel"):  # parts as answers to input requests, on this thread
+        return ChannelStore(_shell().kernel.raw_input, spool.get("damaged"))  # type: ignore[arg-type]
     if spool:
         return SpoolStore(spool["folder"], spool.get("damaged"))  # type: ignore[arg-type]
     timeout = float(params.get("store_timeout") or DEFAULT_STORE_TIMEOUT)

@@ -169,6 +169,7 @@ class Spool(TypedDict, total=False):
 
     folder: str
     damaged: dict[str, ErrorBody]  # a resume's blobs that failed the server's check
+    channel: bool  # the kernel cannot see the folder: the blobs go over its own channel
 
 
 # -- capture -------------------------------------------------------------------------------------

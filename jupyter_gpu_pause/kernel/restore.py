@@ -130,6 +130,8 @@ def _read_all(store, doc, wanted, targets, staging, progress, bad) -> dict:
     done = 0
     alloc = _allocator(doc)
     data = {h: alloc(int(meta["bytes"])) for h, meta in wanted.items() if h not in targets}
+    if getattr(store, "serial", False):  # the kernel's own channel: on this thread only
+        return _read_serially(store, data, wanted, progress, bad)
     placed = _place(targets, wanted, staging)
     stop = threading.Event()
     # Two readers: a read from the page cache and the hash of the previous buffer both release
@@ -166,6 +168,25 @@ def _read_all(store, doc, wanted, targets, staging, progress, bad) -> dict:
         raise
     pool.shutdown(wait=True)
     return {**data, **placed}
+
+
+def _read_serially(store, data: dict, wanted: dict, progress, bad) -> dict:
+    """``_read_all`` of a store read one blob after another on the calling thread."""
+    total, done = sum(int(m["bytes"]) for m in wanted.values()), 0
+    for h, buf in list(data.items()):
+        try:
+            store.read_blob_into(h, buf)
+        except IntegrityError as e:
+            if bad is None:
+                raise
+            _without_frames(e)
+            bad[h] = e
+            data.pop(h)
+            continue
+        done += int(wanted[h]["bytes"])
+        if progress:
+            progress("reading", done, total)
+    return data
 
 
 def _place(targets: dict, wanted: dict, staging: Staging) -> dict:

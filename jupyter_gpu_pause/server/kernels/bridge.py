@@ -39,6 +39,7 @@ from ...kernel.protocol import (
     RequestName,
     request,
 )
+from ...store.spool import MARK as SPOOL_MARK
 from ...version import __version__
 from ..state.errors import AgentFailed, GpuPauseError, KernelDied, WrongState
 from . import bundle
@@ -361,8 +362,9 @@ class KernelBridge:
                 raise KernelDied("the kernel stopped while the pause waited for its cell")
             await asyncio.sleep(interval)
 
-    async def _open_client(self, kernel_id: str, request: Request):
-        """Our own client of the kernel, sending ``request`` with its execute requests."""
+    async def _open_client(self, kernel_id: str, request: Request, stdin: bool = False):
+        """Our own client of the kernel, sending ``request`` with its execute requests (and
+        answering its input requests, with ``stdin``)."""
         kernel = self.kernel(kernel_id)
         # the server's own zmq context: one made per call would be destroyed on the loop
         client = _AgentClient(context=self.km.context)
@@ -370,7 +372,7 @@ class KernelBridge:
         client.load_connection_info(kernel.get_connection_info(session=False))
         # shell and IOPub only: the heartbeat is a thread that start waits for and stop joins,
         # on the loop (the kernel's life is _watch's job); stdin and control are not used
-        client.start_channels(stdin=False, hb=False, control=False)
+        client.start_channels(stdin=stdin, hb=False, control=False)
         return client
 
     async def _watch(self, kernel_id: str, pid: int | None, client) -> None:
@@ -409,6 +411,7 @@ class KernelBridge:
         params: A,
         on_progress: OnProgress | None = None,
         on_sent: Callable[[], None] | None = None,
+        on_input: Callable[[str], str] | None = None,
     ) -> R: ...
 
     @overload
@@ -419,9 +422,12 @@ class KernelBridge:
         params: Mapping[str, object],
         on_progress: OnProgress | None = None,
         on_sent: Callable[[], None] | None = None,
+        on_input: Callable[[str], str] | None = None,
     ) -> dict[str, Any]: ...
 
-    async def run_agent(self, kernel_id, func, params, on_progress=None, on_sent=None):
+    async def run_agent(
+        self, kernel_id, func, params, on_progress=None, on_sent=None, on_input=None
+    ):
         """Run the agent's request ``func`` with ``params`` in the kernel and return its
         result: ``run_agent(kid, protocol.CAPTURE, protocol.CaptureArgs(...))`` is typed as a
         ``CaptureReply``; a request named by its string is typed as a plain dict. The reply's
@@ -431,24 +437,28 @@ class KernelBridge:
         unless ``bring_agent`` is off; then the request runs again, once.
 
         ``on_sent`` is called once the kernel has answered and the request goes to it (a new
-        kernel has finished booting: the resume's timings split there). Raises AgentFailed
-        with the agent's message, or KernelDied.
+        kernel has finished booting: the resume's timings split there). ``on_input`` answers
+        the agent's input requests (a blob's parts over the kernel's channel: ``spool.py``), on
+        a thread. Raises AgentFailed with the agent's message, or KernelDied.
         """
         name = func.name if isinstance(func, Call) else func
         if self._lacks_agent(kernel_id):
             await self.bring(kernel_id)
         try:
             result = await self._execute(
-                kernel_id, CODE, request(name, params), on_progress, on_sent
+                kernel_id, CODE, request(name, params), on_progress, on_sent, on_input
             )
             reply = _agent_reply(result, same_version=self.bring_agent)
         except AgentFailed as e:
             if not (self.bring_agent and e.reason in ("agent-missing", "agent-version")):
                 raise
             await self.bring(kernel_id)
-            result = await self._execute(kernel_id, CODE, request(name, params), on_progress)
+            result = await self._execute(
+                kernel_id, CODE, request(name, params), on_progress, None, on_input
+            )
             reply = _agent_reply(result, same_version=True)
-        self._answered.add(kernel_id)
+        if kernel_id not in self._answered:
+            self._answered = {k for k in self._answered if self.is_running(k)} | {kernel_id}
         return reply
 
     # -- bringing the agent ----------------------------------------------------------------
@@ -497,10 +507,6 @@ class KernelBridge:
             and self.kernel_name(kernel_id) in self._magic
         )
 
-    def brought(self, kernel_id: str) -> bool:
-        """The kernel runs the agent this server brought (its blobs go through the server)."""
-        return kernel_id in self._brought
-
     async def spool_for(self, kernel_id: str, what: str) -> SpoolFolder | None:
         """A spool folder for one operation on a kernel whose blobs go through the server,
         else None (its agent writes the store itself). A kernel never asked yet is asked
@@ -511,20 +517,17 @@ class KernelBridge:
             await self.run_agent(kernel_id, TRACK, NoArgs())
         if kernel_id not in self._brought:
             return None
-        if self.spool is None or not self._brought[kernel_id]:
-            raise AgentFailed(
-                "this kernel's environment cannot write the checkpoint store itself (it "
-                "lacks jupyter_gpu_pause and the libraries the store needs), and it runs "
-                "where the server's spool folder cannot be seen; install jupyter_gpu_pause "
-                "in the kernel's environment to pause it",
-                "agent-refused",
-            )
-        return self.spool.folder(what)
+        if self.spool is None:
+            raise AgentFailed("the server has no spool folder for this kernel's blobs", "store")
+        # a kernel that cannot see the folder (another machine) reaches it over its channel
+        return self.spool.folder(what, channel=not self._brought[kernel_id])
 
-    async def _execute(self, kernel_id, code, req: Request, on_progress=None, on_sent=None):
+    async def _execute(
+        self, kernel_id, code, req: Request, on_progress=None, on_sent=None, on_input=None
+    ):
         """Run ``code`` with ``req`` in its metadata; what the kernel published and raised."""
         pid = self.pid(kernel_id)
-        client = await self._open_client(kernel_id, req)
+        client = await self._open_client(kernel_id, req, stdin=on_input is not None)
         self.agent_sessions.add(client.session.session)
         result: dict = {}
 
@@ -544,6 +547,15 @@ class KernelBridge:
 
         sent = []  # the agent's request has gone to the kernel: it runs there
 
+        async def answer(msg) -> None:
+            """An input request of the agent's: answered by ``on_input``, on a thread (a
+            blob's part is a file read or write); anything else gets an empty answer."""
+            prompt = str((msg.get("content") or {}).get("prompt", ""))
+            reply = ""
+            if on_input is not None and prompt.startswith(SPOOL_MARK):
+                reply = await asyncio.to_thread(on_input, prompt[len(SPOOL_MARK) :])
+            client.input(reply)
+
         async def execute():
             # Behind a running cell, this waits for it, as the agent itself would have to.
             await _round_trip(
@@ -556,8 +568,9 @@ class KernelBridge:
                 code,
                 silent=True,
                 store_history=False,
-                allow_stdin=False,
+                allow_stdin=on_input is not None,
                 output_hook=hook,
+                stdin_hook=answer,
                 timeout=None,
             )
 

@@ -247,8 +247,8 @@ class GatewayBridge(KernelBridge):
         return sessions
 
     # -- running the agent -------------------------------------------------------------------
-    async def _open_client(self, kernel_id: str, request: Request):
-        client = GatewayChannels(kernel_id, request)
+    async def _open_client(self, kernel_id: str, request: Request, stdin: bool = False):
+        client = GatewayChannels(kernel_id, request)  # (one websocket carries stdin too)
         try:
             await client.start_channels()
         except Exception as e:

@@ -8,6 +8,7 @@ which); it signs what it passes to the kernel, so our messages carry no signatur
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import queue
 
@@ -73,6 +74,8 @@ class GatewayChannels:
                     state = (msg.get("content") or {}).get("execution_state")
                     if state in DEAD_STATES:
                         self.died = f"the gateway reported the kernel {state}"
+                if channel == "stdin":  # the agent's input requests: read with IOPub
+                    channel = "iopub"
                 if channel in self._queues:
                     self._queues[channel].put_nowait(msg)
         except asyncio.CancelledError:
@@ -80,11 +83,15 @@ class GatewayChannels:
         except Exception as e:
             self.lost = f"the connection to the gateway failed ({type(e).__name__}: {e})"
 
-    def _send(self, msg: dict) -> str:
+    def _send(self, msg: dict, channel: str = "shell") -> str:
         if self._ws is None:
             raise RuntimeError(f"the channels of kernel {self.kernel_id} are not started")
-        self._ws.write_message(json.dumps({**msg, "channel": "shell"}, default=json_default))
+        self._ws.write_message(json.dumps({**msg, "channel": channel}, default=json_default))
         return msg["header"]["msg_id"]
+
+    def input(self, value: str) -> None:
+        """Answer the kernel's input request, as jupyter_client's ``input`` does."""
+        self._send(self.session.msg("input_reply", {"value": value}), "stdin")
 
     def kernel_info(self) -> str:
         return self._send(self.session.msg("kernel_info_request"))
@@ -115,14 +122,28 @@ class GatewayChannels:
         return await self._get("iopub", timeout)
 
     async def execute_interactive(
-        self, code, silent=False, store_history=True, allow_stdin=None, output_hook=None, **_
+        self,
+        code,
+        silent=False,
+        store_history=True,
+        allow_stdin=None,
+        output_hook=None,
+        stdin_hook=None,
+        **_,
     ) -> dict:
-        """Run ``code``, pass each of its IOPub messages to ``output_hook`` until the kernel is
-        idle again, and return the shell reply (how jupyter_client's own method ends)."""
+        """Run ``code``, pass each of its IOPub messages to ``output_hook`` and each of its
+        input requests to ``stdin_hook`` until the kernel is idle again, and return the shell
+        reply (how jupyter_client's own method ends)."""
         msg_id = self.execute(code, silent, store_history, allow_stdin)
         while True:
             msg = await self.get_iopub_msg()
             if _parent(msg) != msg_id:
+                continue
+            if msg.get("channel") == "stdin":
+                if stdin_hook is not None and msg["msg_type"] == "input_request":
+                    answered = stdin_hook(msg)
+                    if inspect.isawaitable(answered):
+                        await answered
                 continue
             if output_hook:
                 output_hook(msg)

@@ -21,7 +21,9 @@ removes what a server that died mid-operation left behind.
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import json
 import mmap
 import os
 import secrets
@@ -36,23 +38,60 @@ from ...store.format import blob_path
 from ...store.integrity import check_blob_hash
 from ...store.private import private_makedirs
 from ...store.sources import BufferSource
+from ...store.spool import PART
 
 STALE_SECONDS = 24 * 3600  # a folder untouched this long belongs to no running operation
 PROBE = "probe"
 
 
 class SpoolFolder:
-    """One operation's folder; ``args`` is what the agent's request carries."""
+    """One operation's folder; ``args`` is what the agent's request carries. With ``channel``
+    (the kernel cannot see the folder) the kernel sends and asks for its blobs' parts over its
+    own channel, and ``serve`` answers each request from the folder."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, channel: bool = False):
         self.path = path
+        self.channel = channel
         self.damaged: dict[str, ErrorBody] = {}
 
     def args(self) -> Spool:
         out: Spool = {"folder": self.path}
         if self.damaged:
             out["damaged"] = dict(self.damaged)
+        if self.channel:
+            out["channel"] = True
         return out
+
+    def serve(self, request: str) -> str:
+        """One request of the kernel's (``store/spool.py`` ``ChannelStore``): a part of a blob
+        to append, or one to read; the answer, or ``!`` and why not. The kernel runs user code:
+        names are checked as hashes (they name files here) and parts must come in order."""
+        try:
+            req = json.loads(request)
+            path = os.path.join(self.path, check_blob_hash(req["name"]))
+            offset = int(req["offset"])
+            if req["op"] == "put":
+                data = base64.b64decode(req["data"], validate=True)
+                size = os.path.getsize(path) if os.path.exists(path) else 0
+                if offset != size or len(data) > PART:
+                    return f"!part of {req['name']} at {offset}, but {size} bytes are there"
+                with open(path, "ab") as f:
+                    f.write(data)
+                    if req.get("last"):
+                        os.fsync(f.fileno())
+                return "ok"
+            if req["op"] == "get":
+                n = int(req["n"])
+                if not 0 < n <= PART or offset < 0:
+                    return f"!a part of {n} bytes at {offset} cannot be asked for"
+                with open(path, "rb") as f:
+                    f.seek(offset)
+                    return base64.b64encode(f.read(n)).decode("ascii")
+            return f"!no such request: {req['op']!r}"
+        except FileNotFoundError:
+            return "!no such blob in the spool"
+        except (KeyError, TypeError, ValueError, OSError) as e:
+            return f"!{type(e).__name__}: {e}"[:500]
 
     def discard(self) -> None:
         shutil.rmtree(self.path, ignore_errors=True)
@@ -81,12 +120,12 @@ class SpoolRoot:
             self._probe = {"path": path, "token": token}
         return self._probe
 
-    def folder(self, what: str) -> SpoolFolder:
+    def folder(self, what: str, channel: bool = False) -> SpoolFolder:
         """A new folder for one operation (``what``: its checkpoint id, for a person reading
-        the spool root)."""
+        the spool root); ``channel``: its kernel reaches it over its own channel."""
         path = os.path.join(self.root, f"{what}-{secrets.token_hex(4)}")
         private_makedirs(path)
-        return SpoolFolder(path)
+        return SpoolFolder(path, channel)
 
     def sweep(self, older_than: float = STALE_SECONDS) -> int:
         """Remove the folders no operation has touched for ``older_than`` seconds."""

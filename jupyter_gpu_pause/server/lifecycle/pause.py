@@ -183,6 +183,7 @@ class Pause(Operation):
                 self.clock.follow(
                     self._progress, "writing", "write", "verify" if settings.verify else None
                 ),
+                on_input=spool.serve if spool is not None and spool.channel else None,
             )
             self.clock.enter("commit")
             # the kernel runs user code: nothing it says is signed unchecked (its type is its

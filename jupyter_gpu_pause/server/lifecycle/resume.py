@@ -199,6 +199,7 @@ class Resume(Operation):
                     # the agent reads every blob first: its last "reading" progress ends that
                     self.clock.follow(progress_into(self.s), "reading", "read", "unpickle"),
                     on_sent=lambda: self.clock.enter("read"),
+                    on_input=spool.serve if spool is not None and spool.channel else None,
                 )
                 return manifest, report
             except AgentFailed as e:
