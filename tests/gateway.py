@@ -28,7 +28,7 @@ import websocket
 
 from tests.cells import CellOutput
 from tests.servers import TOKEN
-from tests.venvs import hidden
+from tests.venvs import project_kernelspec
 
 ROOT = Path(__file__).resolve().parents[1]
 VENV = ROOT / ".venv-gateway"
@@ -105,26 +105,19 @@ class Gateway:
         )
         self.proc: subprocess.Popen | None = None
 
-    def add_kernelspec(self, name: str, python: Path, hide: Path | None = None) -> None:
-        """A kernelspec running ``python`` with nothing of the checkout on its path and no
-        store credentials: a kernel image that has never heard of jupyter_gpu_pause; ``hide``:
-        a folder of this machine it does not see (``venvs.hidden``), as on another machine."""
-        spec = self.tmp / "share" / "kernels" / name
-        spec.mkdir(parents=True)
-        argv = [str(python), "-m", "ipykernel_launcher", "-f", "{connection_file}"]
-        kernel = {
-            "argv": hidden(hide, argv) if hide is not None else argv,
-            "display_name": f"Remote Python ({name})",
-            "language": "python",
-            "env": {"PYTHONPATH": ""},
-            "metadata": {
-                "process_proxy": {
-                    "class_name": "enterprise_gateway.services.processproxies."
-                    "processproxy.LocalProcessProxy"
-                }
-            },
-        }
-        (spec / "kernel.json").write_text(json.dumps(kernel))
+    def add_kernelspec(self, name: str, venv: Path, hide: Path | None = None) -> None:
+        """A kernelspec of the gateway's running ``venv``'s Python with nothing of the checkout
+        on its path and no store credentials: a kernel image that has never heard of
+        jupyter_gpu_pause (``venvs.project_kernelspec``; ``hide``: a folder of this machine it
+        does not see, as on another machine)."""
+        proxy = "enterprise_gateway.services.processproxies.processproxy.LocalProcessProxy"
+        project_kernelspec(
+            self.tmp / "share" / "kernels",
+            name,
+            venv,
+            hide=hide,
+            metadata={"process_proxy": {"class_name": proxy}},
+        )
 
     def start(self) -> None:
         env = {

@@ -209,7 +209,7 @@ def project_gateway(tmp_path, s3):
     where the server's spool folder (``spool`` next to its records: ``_server``'s db_path) is
     an empty folder, as on another machine."""
     gw = Gateway(tmp_path)
-    gw.add_kernelspec("project-remote", project_venv() / "bin" / "python", tmp_path / "spool")
+    gw.add_kernelspec("project-remote", project_venv(), tmp_path / "spool")
     gw.start()
     yield gw
     gw.stop()

@@ -124,13 +124,15 @@ def project_kernelspec(
     name: str = "project-py",
     venv: Path | None = None,
     hide: Path | None = None,
+    metadata: dict | None = None,
 ) -> Path:
     """A kernelspec folder ``dest_dir/name`` running the project venv's Python; ``dest_dir`` is
     a ``kernels`` folder the server searches (e.g. ``$JUPYTER_DATA_DIR/kernels``).
 
     Its ``env`` empties PYTHONPATH: the tests put the checkout there for the server's own
     kernels (``conftest._kernel_sees_package``, ``tests/servers.py``), and a kernel inherits
-    the server's environment. ``hide``: a folder the kernel does not see (``hidden``)."""
+    the server's environment. ``hide``: a folder the kernel does not see (``hidden``);
+    ``metadata``: the kernelspec's (a gateway's process proxy)."""
     python = (venv or project_venv()) / "bin" / "python"
     spec = dest_dir / name
     spec.mkdir(parents=True, exist_ok=True)
@@ -140,6 +142,7 @@ def project_kernelspec(
         "display_name": f"Project venv ({name})",
         "language": "python",
         "env": {"PYTHONPATH": ""},
+        **({"metadata": metadata} if metadata else {}),
     }
     (spec / "kernel.json").write_text(json.dumps(kernel, indent=1))
     return spec
