@@ -282,6 +282,12 @@ async def test_an_s3_store_through_the_server(s3_config, lab, project, s3):
     assert any(size >= 6 * 2**20 for size in keys.values()), keys
     out = await lab.run(resumed["kernel_id"], "print(int(a.sum()), note)")
     assert out.split() == [str(sum(range(3 * 2**18))), "kept"]
+    # and the kernel API's own pause, from a cell, reaches the server and pauses it again
+    out = await lab.run(
+        resumed["kernel_id"], "import jupyter_gpu_pause as gp\nprint(gp.pause()['state'])"
+    )
+    assert out.strip() == "pausing"
+    assert (await lab.wait_state(s["id"]))["state"] == "paused"
 
 
 async def test_a_python_39_kernel_pauses_and_resumes(lab, jp_data_dir):
