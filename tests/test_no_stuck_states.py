@@ -17,6 +17,7 @@ import sys
 import pytest
 
 from jupyter_gpu_pause.kernel.agent import PROTOCOL
+from jupyter_gpu_pause.version import __version__
 from tests.fakes import FailingCapacity, FlakySessionManager, StubbornKernelManager
 from tests.test_faults import READBACK, READBACK_OK, STATE, manifests
 
@@ -50,7 +51,9 @@ def _minimal_capture(blob: str) -> dict:
 
 
 def _ok(result) -> dict:
-    return {"protocol": PROTOCOL, "version": "x", "ok": True, "result": result}
+    """A well-formed reply claiming the server's own version (one of another version is set
+    aside: the server brings its own agent, ``test_an_agent_of_another_version_is_set_aside``)."""
+    return {"protocol": PROTOCOL, "version": __version__, "ok": True, "result": result}
 
 
 async def pause(lab, s: dict) -> dict:
@@ -59,15 +62,26 @@ async def pause(lab, s: dict) -> dict:
     return await lab.wait_state(s["id"])
 
 
+# Replies of an agent of another protocol: without bring_agent, the pause says so; with it (the
+# default) the server brings its own agent instead
+OTHER_PROTOCOL = [
+    ("no-protocol", {"ok": True, "result": {}}, "agent-version", ["protocol"]),
+    ("other-protocol", {**_ok({}), "protocol": 99}, "agent-version", ["protocol 99"]),
+]
+WITHOUT_BRINGING = pytest.mark.gp_config(bring_agent=False)
 # (id, the agent's reply, error reason, words of the message)
 LIES = [
     ("silent", None, "agent-silent", ["did not answer"]),
-    ("no-protocol", {"ok": True, "result": {}}, "agent-version", ["protocol"]),
-    ("other-protocol", {**_ok({}), "protocol": 99}, "agent-version", ["protocol 99"]),
-    ("no-result", {"protocol": PROTOCOL, "ok": True}, "bad-agent-reply", ["without a result"]),
+    *[pytest.param(*case, marks=WITHOUT_BRINGING) for case in OTHER_PROTOCOL],
+    (
+        "no-result",
+        {"protocol": PROTOCOL, "version": __version__, "ok": True},
+        "bad-agent-reply",
+        ["without a result"],
+    ),
     (
         "failed-silently",
-        {"protocol": PROTOCOL, "ok": False},
+        {"protocol": PROTOCOL, "version": __version__, "ok": False},
         "bad-agent-reply",
         ["without saying why"],
     ),
@@ -94,9 +108,14 @@ LIES = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("reply", "reason", "words"), [x[1:] for x in LIES], ids=[x[0] for x in LIES]
-)
+def _case(x):
+    """A LIES entry as a parameter: its reply, reason and words, with its marks and its id."""
+    if hasattr(x, "values"):  # a pytest.param
+        return pytest.param(*x.values[1:], marks=x.marks, id=x.values[0])
+    return pytest.param(*x[1:], id=x[0])
+
+
+@pytest.mark.parametrize(("reply", "reason", "words"), [_case(x) for x in LIES])
 async def test_a_lying_agent_never_gets_a_checkpoint_signed(lab, store_dir, reply, reason, words):
     # Given a notebook with state whose agent was replaced by code that answers `reply`
     s = await lab.open_notebook()
@@ -119,6 +138,24 @@ async def test_a_lying_agent_never_gets_a_checkpoint_signed(lab, store_dir, repl
     assert (await pause(lab, s))["state"] == "paused"
 
 
+@pytest.mark.parametrize("reply", [pytest.param(case[1], id=case[0]) for case in OTHER_PROTOCOL])
+async def test_an_agent_of_another_version_is_set_aside(lab, store_dir, reply):
+    # Given a notebook with state whose agent was replaced by one of another protocol
+    s = await lab.open_notebook()
+    await lab.run(s["kernel_id"], STATE)
+    await lab.run(s["kernel_id"], LIAR.format(reply=repr(reply)))
+    # When the user pauses
+    after = await pause(lab, s)
+    # Then the server brought its own agent, which wrote and signed the checkpoint
+    assert after["state"] == "paused", after["error"]
+    assert len(manifests(store_dir, s["id"])) == 1
+    # And the resume brings every variable back
+    assert (await lab.api("POST", f"sessions/{s['id']}/resume"))[0] == 202
+    back = await lab.wait_state(s["id"])
+    assert (await lab.run(back["kernel_id"], READBACK)).strip() == READBACK_OK
+
+
+@WITHOUT_BRINGING
 async def test_a_kernel_with_an_older_agent_is_told_to_upgrade(lab, store_dir):
     # Given a kernel whose environment has an older agent (no `call_parent`)
     s = await lab.open_notebook()

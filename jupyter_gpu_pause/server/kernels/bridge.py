@@ -491,7 +491,7 @@ class KernelBridge:
         self._brought[kernel_id] = bool(reply.get("sees_spool"))
         self.log.info(
             "jupyter_gpu_pause: brought the agent (%s modules) into kernel %s, whose "
-            "environment lacks jupyter_gpu_pause %s",
+            "environment lacks the agent of jupyter_gpu_pause %s",
             reply.get("modules"),
             kernel_id,
             __version__,
