@@ -1,5 +1,6 @@
-"""A state shown is a state that accepts its actions: a script that sees ``paused`` resumes at
-once, one that sees ``active`` after a resume pauses at once, and neither is ever refused — on a
+"""A state shown is a state that accepts its actions, and whose event is recorded: a script that
+sees ``paused`` finds the ``paused`` event and resumes at once, one that sees ``active`` after a
+resume pauses at once, and neither is ever refused — on a
 machine whose cores are busy with other work, where an operation's tail (its record written, its
 event sent) runs well after its outcome is shown.
 
@@ -54,17 +55,28 @@ def _shown(gp: GpuPauseClient, sid: str, want: tuple[str, ...]) -> dict:
     return s
 
 
+def _recorded(gp: GpuPauseClient, sid: str, kind: str, n: int) -> None:
+    """The session's events, read the moment its state showed the ``n``-th ``kind`` outcome,
+    hold that outcome: a state shown has its event recorded."""
+    types = [e["type"] for e in gp.events(session=sid)]
+    assert types.count(kind) == n, (kind, n, types[-6:])
+
+
 def _round(server: Server, gp: GpuPauseClient, sid: str, i: int) -> None:
     gp.pause(sid)
     _shown(gp, sid, ("paused",))
+    _recorded(gp, sid, "paused", 2 * i + 1)
     # Then the session shown paused accepts its resume at once (no WrongState raised)
     gp.resume(sid)
     _shown(gp, sid, ("active", "idle"))
+    _recorded(gp, sid, "resumed", 2 * i + 1)
     # And the session shown active after a resume accepts a pause at once
     gp.pause(sid)
     _shown(gp, sid, ("paused",))
+    _recorded(gp, sid, "paused", 2 * i + 2)
     gp.resume(sid)
     back = _shown(gp, sid, ("active", "idle"))
+    _recorded(gp, sid, "resumed", 2 * i + 2)
     # And the notebook's value is back, then moves on for the next round
     assert server.run(back["kernel_id"], f"print(x); x = {i + 1}").strip() == str(i)
 

@@ -362,12 +362,19 @@ class Lifecycle:
     # -- queries -------------------------------------------------------------------------------
     async def list(self, path: str | None = None, kernel_id: str | None = None) -> list[dict]:
         await self.table.refresh()
+        await self.ops.published()  # a state shown has its event recorded
         found = [
             s
             for s in self.table.sessions.values()
             if (path is None or s.path == path) and (kernel_id is None or s.kernel_id == kernel_id)
         ]
         return [self.view(s) for s in sorted(found, key=lambda s: (s.path, s.created))]
+
+    async def session(self, session_id: str) -> dict:
+        """One session as ``list`` shows it (NotFound when there is none)."""
+        await self.table.refresh()
+        await self.ops.published()
+        return self.view(self.table.get(session_id))
 
     def view(self, s: Session) -> dict:
         kid = s.kernel_id if self.bridge.is_running(s.kernel_id) else None
@@ -400,6 +407,7 @@ class Lifecycle:
         return await self.checkpoints.summaries(session_id)
 
     async def events(self, since=None, session_id=None) -> builtins.list[dict]:
+        await self.ops.published()  # an outcome already shown is in them
         return await self.records.events(since=since, session_id=session_id)
 
     def busy_sessions(self) -> set[str]:

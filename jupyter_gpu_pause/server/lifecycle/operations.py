@@ -172,6 +172,19 @@ class Operations:
             op = self._ops.get(session_id)
         return op
 
+    async def published(self) -> None:
+        """Return once no operation is between publishing its outcome and recording it (a
+        few milliseconds: the record and the event): a reader that sees an outcome's state
+        (``paused``, ``active``…) then finds its event in the records too."""
+        me = asyncio.current_task()
+        tasks = [
+            op.task
+            for op in self._ops.values()
+            if op.settling and op.task is not None and op.task is not me
+        ]
+        if tasks:
+            await asyncio.wait(tasks)
+
     async def _run(self, op: Op, body: Awaitable[None]) -> None:
         escaped: BaseException | None = None
         try:

@@ -183,8 +183,7 @@ class SessionsHandler(BaseHandler):
 class SessionHandler(BaseHandler):
     @api
     async def get(self, session_id):
-        await self.lifecycle.table.refresh()
-        self.send(self.lifecycle.view(self.lifecycle.table.get(session_id)))
+        self.send(await self.lifecycle.session(session_id))
 
     @api
     @idempotent
