@@ -26,14 +26,12 @@ PROJECT_VENV := .venv-project
 
 install: $(VENV)/.installed
 
-# torch is pinned first: a bare "torch" requirement would pull a multi-GB CUDA build. The bash
-# kernel (the [test] extra) is registered in the venv: the tests' kernel that is not Python.
+# torch is pinned first: a bare "torch" requirement would pull a multi-GB CUDA build.
 $(VENV)/.installed: pyproject.toml labextension/package.json labextension/yarn.lock
 	python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q torch==2.13.0 numpy
 	$(PIP) install -q -e ".[test,lab,s3]"
-	$(PY) -m bash_kernel.install --sys-prefix
 	touch $@
 
 lab: install

@@ -69,6 +69,19 @@ for name, display in (
             }
         )
     )
+# A kernel that is not Python, for unpausable.spec.ts (bash_kernel, the [test] extra). Its
+# display name sorts after the Python ones: Lab's kernel dialog offers the first one, which
+# the other specs' new notebooks take.
+(kernels / "bash").mkdir(parents=True)
+(kernels / "bash" / "kernel.json").write_text(
+    json.dumps(
+        {
+            "argv": [sys.executable, "-m", "bash_kernel", "-f", "{connection_file}"],
+            "display_name": "Shell (bash)",
+            "language": "bash",
+        }
+    )
+)
 os.environ["JUPYTER_PATH"] = os.pathsep.join(
     [str(state), *filter(None, [os.environ.get("JUPYTER_PATH")])]
 )
