@@ -470,12 +470,14 @@ class KernelBridge:
         args = BringArgs(
             boot=bundle.boot(), version=__version__, protocol=PROTOCOL, mime=MIME_RESULT
         )
+        # (each built once per process, reading and compressing files: not on the loop)
         if self._magic.get(spec) == bundle.MAGIC:  # its Python runs the server's bytecode
-            args["compiled"], args["magic"] = bundle.compiled(), bundle.MAGIC
+            args["compiled"] = await asyncio.to_thread(bundle.compiled)
+            args["magic"] = bundle.MAGIC
         else:
-            args["bundle"] = bundle.bundle()
+            args["bundle"] = await asyncio.to_thread(bundle.bundle)
         if self.spool is not None:
-            args["spool_probe"] = self.spool.probe()
+            args["spool_probe"] = await asyncio.to_thread(self.spool.probe)
         result = await self._execute(kernel_id, BOOT_CODE, request("bring", args))
         if result.get("reply") is None:
             raise _refused(result)

@@ -196,7 +196,7 @@ class Pause(Operation):
                 result = cast(CaptureReply, taken)
         finally:
             if spool is not None:
-                spool.discard()
+                await asyncio.to_thread(spool.discard)  # a GiB of leftovers: not on the loop
         self.unverified = unverified_of(result.get("unverified"))
         seconds = result.get("ambient_seconds")
         self.ambient_seconds = seconds if isinstance(seconds, int | float) else None

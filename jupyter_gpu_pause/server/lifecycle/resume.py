@@ -214,7 +214,7 @@ class Resume(Operation):
                     raise AgentFailed(NONE_VALID, "integrity") from e
             finally:
                 if spool is not None:
-                    spool.discard()
+                    await asyncio.to_thread(spool.discard)  # a GiB of leftovers: not on the loop
 
     async def _fallbacks(self) -> list[dict]:
         """The older checkpoints that verify, newest first: where an object the chosen one
