@@ -252,8 +252,18 @@ async def test_a_new_database_gets_the_latest_version(make):
             "budget_adjustments",
             "budget_notices",
             "budget_users",
+            "board",
+            "usage_hours",
+            "admin_actions",
         }
         assert tables["servers"][-3:] == ["host", "pid_space", "started"]
+        assert tables["board"] == [
+            "session_id", "origin", "server_id", "user", "server", "host", "state", "doc",
+            "updated",
+        ]  # fmt: skip
+        assert tables["usage_hours"] == [
+            "user", "hour", "held", "idle", "reclaimed", "unpausable",
+        ]  # fmt: skip
 
 
 async def test_an_older_database_is_brought_to_the_latest_version_with_its_rows(make):

@@ -6,6 +6,7 @@ starts what runs in the background and ``stop_extension`` stops all that was bui
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import socket
 import uuid
@@ -28,6 +29,7 @@ from .capacity import (
     build_provider,
     is_postgres_url,
 )
+from .capacity.board import Board, Origin
 from .capacity.where import check_queue_url
 from .config.checks import ConfigError
 from .config.settings import GpuPauseSettings, server_user
@@ -232,6 +234,7 @@ class GpuPauseApp(ExtensionApp, GpuPauseSettings):
         table.listeners.append(EventBus(server.event_logger, self.log))
         if self.hub_stop is not None:
             table.listeners.append(self.hub_stop)
+        self._share_with_admins(lifecycle, monitor, user)
         self.settings.update(
             gpu_pause=lifecycle,
             gpu_pause_monitor=monitor,
@@ -239,6 +242,18 @@ class GpuPauseApp(ExtensionApp, GpuPauseSettings):
             gpu_pause_idempotency=IdempotencyKeys(records),
             gpu_pause_budgets=self.budget_service,
         )
+
+    def _share_with_admins(self, lifecycle: Lifecycle, monitor: Monitor, user: str) -> None:
+        """What the capacity queue shows the admin console (docs/capacity.md): this server's
+        GPU sessions on the board, published again after every lifecycle event (the heartbeat
+        brings idle times up to date), and its user's GPU-seconds per hour."""
+        capacity, queue = lifecycle.capacity, lifecycle.capacity.queue
+        if queue is None:
+            return
+        origin = Origin.from_env(user, queue.label, self.db_path, self._server.base_url)
+        capacity.board = Board(origin, lambda: lifecycle.table.sessions.values(), lifecycle.view)
+        lifecycle.table.listeners.append(lambda _event, _s: capacity.changed())
+        monitor.ledger.shared = functools.partial(queue.add_hours, user)
 
     def _build_budgets(self, lifecycle: Lifecycle, probe, user: str) -> Budgets | None:
         """GPU-hour budgets, metered by this server's heartbeat in the capacity queue; a GPU

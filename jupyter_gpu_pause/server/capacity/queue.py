@@ -26,8 +26,16 @@ The head of the line is granted by its own server when the provider says it fits
 behind it waits (strict FIFO: a small resume never overtakes a large one).
 
 The queue is the one place shared between users: it holds session ids, notebook *file names*
-(not their folders), user names and sizes, and, for GPU-hour budgets (``budgets/``), each
-user's GPU-seconds, groups and grants; nothing else.
+(not their folders), user names and sizes; for GPU-hour budgets (``budgets/``), each user's
+GPU-seconds, groups and grants; for the admin console (the Hub service), each GPU session's
+state summary (``board``: notebook file name, state, GPU memory, checkpoint size, place in
+line and messages, ``board.py``), each user's GPU-seconds per hour (``usage_hours``) and what
+admins did (``admin_actions``); nothing else.
+
+*The board.* Every heartbeat (``set_holders``) also replaces this server's board rows with its
+GPU sessions as they are now. A server that leaves keeps its rows there (its paused sessions
+stay listed) and its ``servers`` row goes: ``server_id IN (SELECT id FROM servers)`` tells a
+reader whether the server of a row still runs.
 
 *Metering.* Every heartbeat (``set_holders``) also writes the GPU-seconds of this server's GPU
 sessions: one open interval per session, its ``last`` moved to the transaction's clock; a
@@ -40,10 +48,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from traitlets import Float, TraitError, validate
 from traitlets.config import LoggingConfigurable
@@ -51,6 +60,13 @@ from traitlets.config import LoggingConfigurable
 from ..state.migrations import Migrations
 from .base import Grant, Holder, Need, Verdict
 from .liveness import ProcessId, process_gone
+
+if TYPE_CHECKING:
+    from .board import BoardRows
+
+# one hour of one user's GPU-seconds: (hour key "2026-12-02T10", held, idle, reclaimed,
+# unpausable), as the accounting ledger adds them up (``monitor/accounting.py``)
+HourRow = tuple[str, float, float, float, float]
 
 # The queue's migrations (``state/migrations.py``), for SQLite and PostgreSQL alike: a column is
 # added here, once. Each database fills in its own words (``folder.py``, ``postgres.py``):
@@ -97,7 +113,26 @@ QUEUE_TABLES = (
     CREATE TABLE {schema}budget_users ("user" TEXT PRIMARY KEY, groups TEXT NOT NULL,
                                        seen {float} NOT NULL)
     """,
+    # the admin console (the Hub service): every server's GPU sessions, kept after the server
+    # stops (``board.py``); each user's GPU-seconds per UTC hour ("2026-12-02T10"), added by
+    # each server's accounting; what admins did through the console
+    """
+    CREATE TABLE {schema}board (session_id TEXT PRIMARY KEY, origin TEXT NOT NULL,
+                                server_id TEXT NOT NULL, "user" TEXT NOT NULL, server TEXT,
+                                host TEXT, state TEXT NOT NULL, doc TEXT NOT NULL,
+                                updated {float} NOT NULL);
+    CREATE INDEX board_user ON {schema}board ("user");
+    CREATE TABLE {schema}usage_hours ("user" TEXT NOT NULL, hour TEXT NOT NULL,
+                                      held {float} NOT NULL, idle {float} NOT NULL,
+                                      reclaimed {float} NOT NULL, unpausable {float} NOT NULL,
+                                      PRIMARY KEY ("user", hour));
+    CREATE TABLE {schema}admin_actions (id {serial}, at {float} NOT NULL, by TEXT NOT NULL,
+                                        action TEXT NOT NULL, "user" TEXT, session_id TEXT,
+                                        detail TEXT NOT NULL, outcome TEXT NOT NULL)
+    """,
 )
+
+USAGE_HOURS_KEPT = 400 * 86400.0  # seconds: a user's older ``usage_hours`` are deleted
 
 
 def queue_migrations(**words: str) -> Migrations:
@@ -410,12 +445,63 @@ class CapacityQueue(LoggingConfigurable):
                     (self.user, self.server_id, sid, weight, self.now, self.now),
                 )
 
+    def _publish(self, db, rows: BoardRows) -> None:
+        """Replace this server's board rows with ``rows`` (``board.py``). A session it runs is
+        its row, whoever wrote it before (a resume here of a session paused elsewhere); a
+        paused one that another live server lists too (servers sharing a store see each
+        other's paused sessions) stays that server's row until that server stops."""
+        o = rows.origin
+        upsert = (
+            'INSERT INTO board (session_id, origin, server_id, "user", server, host, state, doc, '
+            "updated) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (session_id) DO UPDATE SET "
+            'origin = excluded.origin, server_id = excluded.server_id, "user" = excluded."user", '
+            "server = excluded.server, host = excluded.host, state = excluded.state, "
+            "doc = excluded.doc, updated = excluded.updated"
+        )
+        unless_listed = (
+            " WHERE board.origin = excluded.origin"
+            " OR board.server_id NOT IN (SELECT id FROM servers)"
+        )
+        for b in rows.sessions:
+            self._q(
+                db,
+                upsert if b.runs_here else upsert + unless_listed,
+                (b.session_id, o.origin, self.server_id, o.user, o.server, o.host, b.state,
+                 json.dumps(b.doc), self.now),
+            )  # fmt: skip
+        keep = {b.session_id for b in rows.sessions}
+        mine = self._q(db, "SELECT session_id FROM board WHERE origin = ?", (o.origin,))
+        for (sid,) in mine.fetchall():
+            if sid not in keep:
+                self._q(
+                    db, "DELETE FROM board WHERE origin = ? AND session_id = ?", (o.origin, sid)
+                )
+
+    def _add_hours(self, db, user: str, rows: Sequence[HourRow]) -> None:
+        """Add ``rows`` to ``user``'s hours; drop the user's hours older than
+        ``USAGE_HOURS_KEPT`` (the user's only: a look-up by the primary key, where a sweep of
+        every user's would scan the table under the queue's lock at every monitor pass)."""
+        for hour, held, idle, reclaimed, unpausable in rows:
+            self._q(
+                db,
+                'INSERT INTO usage_hours ("user", hour, held, idle, reclaimed, unpausable) '
+                'VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT ("user", hour) DO UPDATE SET '
+                "held = usage_hours.held + excluded.held, "
+                "idle = usage_hours.idle + excluded.idle, "
+                "reclaimed = usage_hours.reclaimed + excluded.reclaimed, "
+                "unpausable = usage_hours.unpausable + excluded.unpausable",
+                (user, hour, held, idle, reclaimed, unpausable),
+            )
+        oldest = time.strftime("%Y-%m-%dT%H", time.gmtime(self.now - USAGE_HOURS_KEPT))
+        self._q(db, 'DELETE FROM usage_hours WHERE "user" = ? AND hour < ?', (user, oldest))
+
     def _set_holders(
         self,
         db,
         holders: list[Holder],
         live: set[str] | None = None,
         metered: dict[str, float] | None = None,
+        board: BoardRows | None = None,
     ) -> dict:
         self._renew(db)
         self._expire(db)  # what others run (``elsewhere``) never names a server that is gone
@@ -434,6 +520,8 @@ class CapacityQueue(LoggingConfigurable):
                 )
         for h in holders:
             self._upsert_holder(db, h.session_id, h.bytes, h.devices, h.reserved)
+        if board is not None:
+            self._publish(db, board)
         return {} if live is None else self._set_claims(db, live)
 
     def _snapshot(self, db) -> dict:
@@ -464,8 +552,10 @@ class CapacityQueue(LoggingConfigurable):
         ]
         return {"queue": queue, "holders": self._holders(db), "servers": servers}
 
-    def _close(self, db) -> None:
+    def _close(self, db, board: BoardRows | None) -> None:
         self._meter(db, {})  # this server's GPU-seconds counted until now, and closed
+        if board is not None:  # as the sessions are left (its board rows stay)
+            self._publish(db, board)
         self._q(db, "DELETE FROM entries WHERE server_id = ?", (self.server_id,))
         self._q(db, "DELETE FROM holders WHERE server_id = ?", (self.server_id,))
         self._q(db, "DELETE FROM claims WHERE server_id = ?", (self.server_id,))
@@ -509,11 +599,16 @@ class CapacityQueue(LoggingConfigurable):
         holders: list[Holder],
         live: set[str] | None = None,
         metered: dict[str, float] | None = None,
+        board: BoardRows | None = None,
     ) -> dict:
-        """This server's GPU sessions and, when given, the sessions it runs (its claims) and
-        their weighted GPUs to meter; returns the sessions other servers run,
-        {session id: server label}."""
-        return await self._in_tx(self._set_holders, holders, live, metered)
+        """This server's GPU sessions and, when given, the sessions it runs (its claims),
+        their weighted GPUs to meter and its board rows; returns the sessions other servers
+        run, {session id: server label}."""
+        return await self._in_tx(self._set_holders, holders, live, metered, board)
+
+    async def add_hours(self, user: str, rows: Sequence[HourRow]) -> None:
+        """Add GPU-seconds per hour to ``user``'s (``usage_hours``), in one transaction."""
+        await self._in_tx(self._add_hours, user, rows)
 
     async def transaction(self, fn, *args):
         """``fn(db, *args)`` in one transaction of the queue, ``self.now`` its clock: for the
@@ -534,10 +629,12 @@ class CapacityQueue(LoggingConfigurable):
         """Drop the worker thread of a queue that was never opened (a configuration check)."""
         self._pool.shutdown(wait=False)
 
-    async def close(self) -> None:
+    async def close(self, board: BoardRows | None = None) -> None:
+        """Leave the queue: this server's place in line, GPU holdings, claims and lease go;
+        its board rows stay, as ``board`` says its sessions are left."""
         try:
             if self._db is not None:
-                await self._in_tx(self._close)
+                await self._in_tx(self._close, board)
         except QueueUnavailable as e:  # our rows expire with our lease
             self.log.warning("jupyter_gpu_pause: could not leave the capacity queue: %s", e)
         finally:

@@ -6,6 +6,9 @@ queue); ``try_now`` is the "a GPU if one is free now" of ``device: "any"``; ``ch
 the queue, soon and coalesced, which GPU sessions this server holds (a pause, a kernel's end,
 a new GPU kernel), and wakes this server's own waiters at once.
 
+Each sync also publishes this server's GPU sessions on the queue's board (``board.py``), read by
+the admin console: at every heartbeat and soon after each lifecycle event.
+
 ``claim`` makes sure a session runs on one server only, where servers share a store (and so
 see each other's paused sessions): a resume claims its session first, and ``elsewhere`` says
 which sessions other servers run now.
@@ -27,6 +30,7 @@ from typing import Any
 from ...store.format import iso
 from ..state.errors import GpuPauseError, Unavailable, WrongState
 from .base import CapacityProvider, Grant, Holder, Need, Verdict
+from .board import BoardRows
 from .queue import CapacityQueue, ClaimHolder, QueueUnavailable, Turn
 
 
@@ -83,6 +87,9 @@ class Capacity:
         # {session id: weighted GPUs} of the holders, for the GPU-hour budgets' meter
         # (``budgets.meter``); None: nothing metered (no budget configured)
         self.meter: Callable[[list[Holder]], dict[str, float]] | None = None
+        # this server's GPU sessions as the queue's board lists them (``board.Board``), sent
+        # with every sync; None: nothing published
+        self.board: Callable[[], BoardRows] | None = None
 
     @property
     def name(self) -> str:
@@ -135,7 +142,18 @@ class Capacity:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
         if self.queue is not None:
-            await self.queue.close()
+            await self.queue.close(self._board())
+
+    def _board(self) -> BoardRows | None:
+        """The board rows to publish now; None (the board left as it is) if they cannot be
+        built, which is logged."""
+        if self.board is None:
+            return None
+        try:
+            return self.board()
+        except Exception:
+            self.log.exception("jupyter_gpu_pause: could not list the sessions for the board")
+            return None
 
     async def _renew_forever(self) -> None:
         """Every third of the lease, one sync: it renews the lease, tells the queue this
@@ -275,7 +293,8 @@ class Capacity:
                 live = self._live() | self._claiming
                 holders = self._holders()
                 metered = self.meter(holders) if self.meter is not None else None
-                self.elsewhere = await self._queue.set_holders(holders, live, metered)
+                board = self._board()
+                self.elsewhere = await self._queue.set_holders(holders, live, metered, board)
                 self._up()
             except QueueUnavailable as e:  # told again by the heartbeat once it is back
                 self._down(e)

@@ -8,11 +8,18 @@ pausable (``lifecycle/pausable.py``): GPU time no pause could have given back. T
 hands over intervals; the ledger adds them to the session's
 totals at once and keeps them by UTC hour in memory until the tick's end, when one transaction
 writes them all. Hour rows let a report start at any hour ("24h") and still draw whole days.
+
+With a capacity queue, the same seconds summed per hour also go to the queue's ``usage_hours``
+(``shared``): the user's hours as the admin console reports them, whichever server counted
+them. That write runs beside the tick, never holding it up (a PostgreSQL queue may be down);
+seconds it could not write wait for the next flush, added to what came meanwhile.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import date, datetime, timedelta, timezone
 
 from ...store.format import iso, parse_iso, utcnow
@@ -23,6 +30,10 @@ from ..state.model import Session
 DEFAULT_WINDOW = timedelta(days=30)
 MAX_DAYS = 90  # longest per-day series a report carries (the latest days of its window)
 _KINDS = ("held", "idle", "reclaimed", "unpausable")
+
+# writes hours of this server's user to the capacity queue (``CapacityQueue.add_hours``):
+# rows of (hour key, held, idle, reclaimed, unpausable) GPU-seconds
+SharedHours = Callable[[list[tuple[str, float, float, float, float]]], Awaitable[None]]
 
 
 def parse_since(text: str | None, now: datetime) -> datetime:
@@ -80,12 +91,19 @@ def _figures(held: float, idle: float, reclaimed: float, unpausable: float) -> d
 class Ledger:
     """GPU-seconds of every session: totals on the session, hourly rows in the records."""
 
-    def __init__(self, records):
+    def __init__(self, records, log: logging.Logger | logging.LoggerAdapter | None = None):
         self.records = records
+        self.log = log or logging.getLogger(__name__)
         # (hour, session id) -> [path, held, idle, reclaimed, unpausable]
         self._pending: dict[tuple[str, str], list] = {}
         # told (held, idle, reclaimed, unpausable) GPU-seconds as they accrue: the metrics'
         self.listeners: list[Callable[[float, float, float, float], None]] = []
+        # where each hour's sums go too: the capacity queue's ``usage_hours`` (rows of (hour,
+        # held, idle, reclaimed, unpausable)); None: nowhere (no queue)
+        self.shared: SharedHours | None = None
+        self._hours: dict[str, list[float]] = {}  # hour -> seconds not yet in the queue
+        self._sharing: asyncio.Future | None = None
+        self.shared_error: str | None = None  # why the last write to the queue failed
 
     def add(self, s, start: datetime, end: datetime, **devices: int) -> None:
         """Count ``[start, end)`` for session ``s``; ``held=2, idle=2`` means two GPUs, idle
@@ -100,6 +118,8 @@ class Ledger:
         s.gpu_seconds_unpausable += seconds * factors[3]
         for hour, part in hour_slices(start, end):
             self._merge(hour, s.id, s.path, *(part * f for f in factors))
+            if self.shared is not None:
+                self._merge_hour(hour, [part * f for f in factors])
         for listener in self.listeners:
             listener(*(seconds * f for f in factors))
 
@@ -109,8 +129,15 @@ class Ledger:
         for i, value in enumerate(seconds, 1):
             row[i] += value
 
+    def _merge_hour(self, hour: str, seconds: list[float]) -> None:
+        row = self._hours.setdefault(hour, [0.0 for _ in _KINDS])
+        for i, value in enumerate(seconds):
+            row[i] += value
+
     async def flush(self) -> None:
-        """Write what was counted since the last flush, in one transaction."""
+        """Write what was counted since the last flush, in one transaction (and start the
+        queue's write of the hours, ``share``)."""
+        self.share()
         if not self._pending:
             return
         pending, self._pending = self._pending, {}
@@ -122,6 +149,48 @@ class Ledger:
                 self._merge(*row)
             raise
         # (cancelled while waiting: the write is queued on the records thread and still runs)
+
+    def share(self) -> None:
+        """Send the hours counted since the last write to the queue, in the background; one
+        write at a time (the next flush sends what came meanwhile)."""
+        if self.shared is None or not self._hours:
+            return
+        if self._sharing is None or self._sharing.done():
+            self._sharing = asyncio.ensure_future(self._share(self.shared))
+
+    async def _share(self, shared: SharedHours) -> None:
+        hours, self._hours = self._hours, {}
+        rows = [(hour, s[0], s[1], s[2], s[3]) for hour, s in sorted(hours.items())]
+        try:
+            await shared(rows)
+        except Exception as e:  # rolled back: kept for the next flush
+            # (cancelled while waiting: the write still runs on the queue's thread, and the
+            # seconds are not kept: never counted twice)
+            for hour, *seconds in rows:
+                self._merge_hour(hour, seconds)
+            if self.shared_error is None:
+                self.log.warning(
+                    "jupyter_gpu_pause: could not add GPU-hours to the capacity queue (%s); "
+                    "they are kept and sent again at the next monitor pass",
+                    e,
+                )
+            self.shared_error = str(e)
+            return
+        if self.shared_error is not None:
+            self.log.info("jupyter_gpu_pause: GPU-hours reach the capacity queue again")
+        self.shared_error = None
+
+    async def close(self) -> None:
+        """The last flush, and the last writes to the queue, before the queue closes (hours it
+        cannot take now are lost to it; the records keep them for this server's report)."""
+        try:
+            await self.flush()
+        finally:
+            if self._sharing is not None:
+                await asyncio.gather(self._sharing, return_exceptions=True)
+            self.share()  # what came while it ran, or what it could not write: once more
+            if self._sharing is not None:
+                await asyncio.gather(self._sharing, return_exceptions=True)
 
     async def unpausable_seconds(self, since: datetime) -> float:
         """GPU-seconds held by kernels known not to be pausable from ``since`` (floored to the

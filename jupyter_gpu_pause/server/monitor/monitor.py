@@ -91,7 +91,7 @@ class Monitor:
         # built by the app before the lifecycle, which reads it too (lifecycle.context.KernelUse)
         self.tracker = tracker
         tracker.on_activity = self._on_activity
-        self.ledger = Ledger(lifecycle.records)
+        self.ledger = Ledger(lifecycle.records, log)
         self.budgets = budgets  # budgets.Budgets, None without budgets
         if budgets is not None:  # the budget's figure of what no pause could give back
             budgets.unpausable_seconds = self.ledger.unpausable_seconds
@@ -142,7 +142,7 @@ class Monitor:
         self._restore_jupyter_culler()
         await self.tracker.aclose()
         try:
-            await self.ledger.flush()
+            await self.ledger.close()
         except Exception:
             self.log.exception("jupyter_gpu_pause: could not save the last GPU accounting")
 
