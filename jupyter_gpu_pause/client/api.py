@@ -38,6 +38,12 @@ def session_path(session: SessionRef, action: str = "") -> str:
     return f"{p}/{action}" if action else p
 
 
+def on_behalf(message: str | None, by: str | None) -> dict[str, str]:
+    """The body of a pause or a cancel: only the fields given (an older server refuses any
+    field it does not know, and knows no field here)."""
+    return {k: v for k, v in (("message", message), ("by", by)) if v is not None}
+
+
 def event_key(e: Mapping[str, Any]) -> str:
     """One event told apart from every other (the records expose no sequence number)."""
     detail = sorted((e.get("detail") or {}).items())
@@ -103,13 +109,22 @@ class GpuPauseClient:
         timeout: float | None = None,
         progress: Progress | None = None,
         idempotency_key: str | None = None,
+        message: str | None = None,
+        by: str | None = None,
     ) -> Session:
         """Start a pause (the answer: the Session, ``pausing``). With ``wait``, follow it to
-        its end and return the final Session; OperationFailed if it did not pause."""
+        its end and return the final Session; OperationFailed if it did not pause.
+
+        ``message`` (an admin pausing someone else's session, at most 500 characters) is told
+        to its user; ``by`` names the admin a JupyterHub service acts for (anyone else sending
+        it is refused, 403 ``not-on-behalf``)."""
         s = cast(
             Session,
             self.request(
-                "POST", session_path(session, "pause"), {}, idempotency_key=idempotency_key
+                "POST",
+                session_path(session, "pause"),
+                on_behalf(message, by),
+                idempotency_key=idempotency_key,
             ),
         )
         return self.follow(s, "pause", timeout, progress) if wait else s
@@ -139,12 +154,23 @@ class GpuPauseClient:
         )
         return self.follow(s, "resume", timeout, progress) if wait else s
 
-    def cancel(self, session: SessionRef, *, idempotency_key: str | None = None) -> Session:
-        """Cancel a pause in progress (the kernel goes on) or a resume waiting for a GPU."""
+    def cancel(
+        self,
+        session: SessionRef,
+        *,
+        idempotency_key: str | None = None,
+        message: str | None = None,
+        by: str | None = None,
+    ) -> Session:
+        """Cancel a pause in progress (the kernel goes on) or a resume waiting for a GPU;
+        ``message`` and ``by`` as for ``pause``."""
         return cast(
             Session,
             self.request(
-                "POST", session_path(session, "cancel"), {}, idempotency_key=idempotency_key
+                "POST",
+                session_path(session, "cancel"),
+                on_behalf(message, by),
+                idempotency_key=idempotency_key,
             ),
         )
 

@@ -238,6 +238,16 @@ class Event(TypedDict):
     detail: dict[str, Any]
 
 
+class OnBehalf(TypedDict):
+    """The ``detail`` keys of an event asked on a user's behalf (``reason`` ``admin``): every
+    ``paused`` event (``None`` when the user or a policy paused), and a ``pause_failed`` or
+    ``cancelled`` one only when an admin asked."""
+
+    by: str | None
+    via: str | None
+    admin_message: str | None
+
+
 class Error(TypedDict, total=False):
     """The body of every refusal: ``message`` and ``reason``, and detail some reasons add."""
 

@@ -27,6 +27,7 @@ import { gpuPauseIcon } from './icons';
 import { RebuildNotifier } from './rebuild/notify';
 import { GpuPauseService, IGpuPause } from './service';
 import { KernelGate } from './session/gate';
+import { OnBehalfNotifier } from './onbehalf/notify';
 import { EventNotifier } from './session/notify';
 import { notebookPath } from './target';
 import {
@@ -107,6 +108,8 @@ const core: JupyterFrontEndPlugin<IGpuPause> = {
     new BudgetNotifier({ model, trans });
     // Once per session whose kernel cannot be paused.
     new UnpausableNotifier({ model, trans });
+    // What an admin paused or cancelled on the user's behalf, and why.
+    new OnBehalfNotifier({ model, commands: app.commands, trans });
 
     if (settingRegistry) {
       const apply = (loaded: ISettingRegistry.ISettings): void => {

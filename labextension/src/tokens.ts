@@ -278,10 +278,16 @@ export interface IEvent extends Omit<Schemas['Event'], 'type' | 'detail'> {
    * `waited_seconds` and `device` (and `in_place: true` when it brought a
    * suspended kernel back); a `resume_failed` one `error_reason`; a
    * `suspended` one `gpu_released_seconds` and `host_bytes`; `budget_*`
-   * ones an `IBudgetDetail`.
+   * ones an `IBudgetDetail`. A `paused` or `cancelled` event an admin asked
+   * for on the user's behalf (reason `admin`) names them in `by` (and the
+   * JupyterHub service they acted through in `via`) with their
+   * `admin_message`.
    */
   detail: {
     message?: string;
+    by?: string | null;
+    via?: string | null;
+    admin_message?: string | null;
     pause_at?: string;
     action?: string;
     skipped?: ISkippedObject[] | null;

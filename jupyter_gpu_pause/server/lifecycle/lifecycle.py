@@ -20,6 +20,7 @@ from ..capacity.gpu_sessions import holders, is_gpu_session
 from ..capacity.slots import RestoreSlots
 from ..kernels.bridge import KernelBridge
 from ..kernels.spares import WarmKernels
+from ..state.asker import Asker
 from ..state.checkpoints import Checkpoints
 from ..state.errors import BadRequest, GpuPauseError, NotFound, Unavailable, WrongState
 from ..state.event_types import EventType
@@ -293,6 +294,7 @@ class Lifecycle:
             reason="internal",
             text=text,
             intact=kernel_kept or bool(s.checkpoint),
+            **(op.asker.detail() if op.asker else {}),
         )
 
     # -- shared by the operations ------------------------------------------------------------
@@ -427,8 +429,14 @@ class Lifecycle:
         return op.task if op else None
 
     # -- pause ---------------------------------------------------------------------------------
-    async def pause(self, session_id: str, reason: str = "user") -> Session:
+    async def pause(
+        self, session_id: str, reason: str = "user", asker: Asker | None = None
+    ) -> Session:
         """Start (or join) a pause; returns at once with the session in ``pausing``.
+
+        ``asker``: the admin it is paused for (``reason`` "admin"); its events and the paused
+        session's message name them. Joining a pause already running for no one, the asker
+        becomes its asker; a session already paused is left as it is.
 
         The table is read anew first: a notebook renamed a moment ago is paused under its new
         path (the checkpoint records it, and its kernel is gone once the pause ends)."""
@@ -436,8 +444,17 @@ class Lifecycle:
         async with self._admission:
             s = self.table.get(session_id)
             op = await self._settled(s)
-            if (op and op.kind == "pause") or (s.state == SessionState.PAUSED and not op):
-                return s  # join the running pause / already paused
+            if op and op.kind == "pause":  # join the running pause
+                if asker is not None and op.asker is None:
+                    op.asker = asker
+                elif asker is not None and op.asker != asker:
+                    self.log.info(
+                        "jupyter_gpu_pause: %s joins the pause of %s asked by %s",
+                        asker.by, s.path, op.asker.by if op.asker else "the user",
+                    )  # fmt: skip
+                return s
+            if s.state == SessionState.PAUSED and not op:
+                return s  # already paused
             if op and op.kind == "rebuild":
                 raise WrongState(
                     "cannot pause while a rebuild re-runs cells; pause again once it has ended",
@@ -447,7 +464,7 @@ class Lifecycle:
                 raise WrongState(f"cannot pause: the session is {s.state}")
             kernel_id = self.require_agent(s, "pause")
             await self.checkpoints.require_key()  # a checkpoint nobody could verify is no pause
-            op = Op("pause", s, kernel_id=kernel_id, reason=reason)
+            op = Op("pause", s, kernel_id=kernel_id, reason=reason, asker=asker)
             busy = self.bridge.execution_state(kernel_id) == "busy"
             self.ops.start(op, Pause(self._pause_ctx, s, op, kernel_id, reason, busy))
             await self.table.persist(s)
@@ -472,7 +489,9 @@ class Lifecycle:
         state that offers it (``Operations.settled``)."""
         return await self.ops.settled(s.id)
 
-    async def cancel(self, session_id: str) -> Session:
+    async def cancel(self, session_id: str, asker: Asker | None = None) -> Session:
+        """Cancel a pause not yet committed (the kernel runs on) or a resume waiting for a GPU;
+        ``asker``: the admin who cancelled it, named by the ``cancelled`` event."""
         s = self.table.get(session_id)
         op = await self._settled(s)
         if op is None or s.state not in (SessionState.PAUSING, SessionState.WAITING):
@@ -481,6 +500,7 @@ class Lifecycle:
             raise WrongState(
                 "too late to cancel: the checkpoint is complete and the kernel is stopping"
             )
+        op.cancelled_by = asker
         await self.ops.cancel(op)
         return s
 

@@ -34,6 +34,7 @@ from ...kernel.protocol import (
     CaptureMode,
     RebuildMode,
 )
+from ..state.asker import Asker
 from ..state.model import IN_FLIGHT, Session
 
 DEVICES = ("gpu", "cpu", "any")  # where a resume may put the kernel (REST ``device``)
@@ -67,7 +68,12 @@ class Op:
     kind: str  # "pause" | "resume" | "rebuild"
     session: Session
     kernel_id: str | None = None  # pause: the kernel paused; resume: the kernel restored into
-    reason: str = "user"  # who asked: "user" or "policy:<name>", for the events
+    reason: str = "user"  # who asked: "user", "admin" or "policy:<name>", for the events
+    # pause: the admin it runs for (None: the user's own, or a policy's); one who joins a
+    # pause that has none becomes it, so the user still learns an admin wanted it
+    asker: Asker | None = None
+    # whoever cancelled it on a user's behalf: the ``cancelled`` event names them
+    cancelled_by: Asker | None = None
     task: asyncio.Task | None = None
     committed: bool = False  # pause: manifest verified, cancel no longer possible
     # pause: the kernel is suspended in place (the GPU released): its state lives only in

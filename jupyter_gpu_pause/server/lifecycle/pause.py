@@ -27,10 +27,11 @@ from ...store.schema import check_capture
 from ...units import count_text, size_text
 from ..kernels.replies import unverified_of
 from ..kernels.spool import take
+from ..state.asker import NOT_ON_BEHALF
 from ..state.checkpoints import checkpoint_brief
 from ..state.clock import PhaseClock
 from ..state.errors import KernelDied, failure
-from ..state.event_types import EventType
+from ..state.event_types import ADMIN_REASON, EventType
 from ..state.model import Session, SessionState, gpu_device_count
 from ..suspend.session import NotSuspending, Suspension
 from .context import PauseContext, progress_into
@@ -249,8 +250,10 @@ class Pause(Operation):
         s.checkpoint = checkpoint_brief(manifest)
         skipped = manifest.doc["skipped"]
         loose = (manifest.doc.get("ambient") or {}).get("not_carried", [])
+        asker = self.op.asker
         s.message = (
-            f"Paused — {size_text(manifest.total_bytes)}, "
+            (asker.told("Paused") if asker else "")
+            + f"Paused — {size_text(manifest.total_bytes)}, "
             f"{count_text(len(manifest.doc['objects']), 'object')} saved"
             + (f"; not saved: {', '.join(x['name'] for x in skipped)}" if skipped else "")
             + (
@@ -280,6 +283,7 @@ class Pause(Operation):
             not_suspended=self.tier.why_not,
             kept=self.kept,
             exit=self.exit,
+            **(asker.detail() if asker else NOT_ON_BEHALF),
             **self._timings(manifest),
         )
         if self.ctx.upkeep:  # retention, once this pause has ended
@@ -291,15 +295,21 @@ class Pause(Operation):
         if self.op.abandon is not None:  # a stopping server gave up on it (shutdown.py)
             await self.op.abandon(self.s)
             return
-        s = self.s
-        s.state, s.message = SessionState.ACTIVE, "Pause cancelled; the kernel was not touched"
+        s, by = self.s, self.op.cancelled_by
+        s.state = SessionState.ACTIVE
+        s.message = (
+            by.told("Pause cancelled") + "The kernel was not touched"
+            if by
+            else "Pause cancelled; the kernel was not touched"
+        )
         await self.ctx.table.persist(s)
         await self.ctx.table.record_event(
             s,
             EventType.CANCELLED,
-            self.reason,
+            ADMIN_REASON if by else self.reason,
             message=s.message,
             operation="pause",
+            **(by.detail() if by else {}),
             **self.clock.report(),
         )
 
@@ -317,6 +327,7 @@ class Pause(Operation):
             text=text,
             intact=True,
             message=f"Pause failed: {text}. The kernel is still running with all its variables.",
+            **self._on_behalf(),
             **self._timings(),
         )
 
@@ -341,6 +352,7 @@ class Pause(Operation):
             reason="kernel-died",
             text=text + older,
             intact=False,
+            **self._on_behalf(),
             **self._timings(),
         )
 
@@ -360,8 +372,13 @@ class Pause(Operation):
             intact=True,
             checkpoint_id=manifest.id,
             bytes=manifest.total_bytes,
+            **self._on_behalf(),
             **self._timings(manifest),
         )
+
+    def _on_behalf(self) -> dict:
+        """``by``, ``via``, ``admin_message`` of a pause asked for by an admin (none else)."""
+        return self.op.asker.detail() if self.op.asker else {}
 
     def _timings(self, manifest=None) -> dict:
         """The detail keys every pause outcome carries (docs/metrics.md); ``new_bytes`` is

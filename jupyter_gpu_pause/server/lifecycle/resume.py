@@ -25,7 +25,7 @@ from ..kernels.spool import stage
 from ..state.checkpoints import Prefetch, checkpoint_brief, gpu_bytes, gpu_bytes_per_device
 from ..state.clock import PhaseClock
 from ..state.errors import AgentFailed, GpuPauseError, failure
-from ..state.event_types import EventType
+from ..state.event_types import ADMIN_REASON, EventType
 from ..state.model import Session, SessionState
 from .context import ResumeContext, progress_into
 from .operations import Op, Operation, Outcome
@@ -438,15 +438,17 @@ class Resume(Operation):
                 ctx.auto_rebuild(s)
 
     async def _cancelled(self) -> None:
-        s = self.s
-        s.state, s.message, s.device, s.grant = SessionState.PAUSED, "Resume cancelled", None, None
+        s, by = self.s, self.op.cancelled_by
+        s.state, s.device, s.grant = SessionState.PAUSED, None, None
+        s.message = by.told("Resume cancelled").strip() if by else "Resume cancelled"
         await self.ctx.table.persist(s)
         await self.ctx.table.record_event(
             s,
             EventType.CANCELLED,
-            "user",
+            ADMIN_REASON if by else "user",
             message=s.message,
             operation="resume",
+            **(by.detail() if by else {}),
             **self.clock.report(),
         )
 

@@ -15,6 +15,11 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+# An event's ``reason`` when someone other than the server's user asked for it on the user's
+# behalf (an admin, or a JupyterHub service for one): its ``detail`` names them with ``by``,
+# ``via`` and ``admin_message`` (``lifecycle/operations.Asker``, docs/webhooks.md).
+ADMIN_REASON = "admin"
+
 
 class EventType(StrEnum):
     """What happened to a session (docs/webhooks.md has each type's ``detail``)."""

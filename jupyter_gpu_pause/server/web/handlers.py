@@ -24,8 +24,11 @@ from tornado import web
 
 from ...kernel.capability import parse_authorization
 from ...store.format import iso, parse_iso
+from ..state.asker import Asker
 from ..state.errors import BadRequest, Forbidden, GpuPauseError, NotFound
+from ..state.event_types import ADMIN_REASON
 from .idempotency import error_document, idempotent
+from .on_behalf import asker_of
 
 if TYPE_CHECKING:  # the services above this room, as the app publishes them in its settings
     from ..budgets.service import Budgets
@@ -34,6 +37,8 @@ if TYPE_CHECKING:  # the services above this room, as the app publishes them in 
     from ..monitor.monitor import Monitor
 
 AUTH_RESOURCE = "gpu_pause"
+# The body of a pause or a cancel: an admin's word to the user, and (a Hub service) for whom
+ON_BEHALF = {"message": str, "by": str}
 # Any segment: an id that is not a session's answers 404 unknown-session, in JSON.
 SID = r"(?P<session_id>[^/]+)"
 # The reason code of an error the server raised itself, by status.
@@ -163,6 +168,17 @@ class BaseHandler(ExtensionHandlerMixin, APIHandler):
                 )
         return data
 
+    def asker(self, body: dict) -> Asker | None:
+        """The admin this request acts for (on_behalf.py), from the Hub's word on the caller;
+        None when the server's own user asks."""
+        caller = getattr(self.current_user, "hub_user", None)
+        return asker_of(
+            caller if isinstance(caller, dict) else None,
+            self.lifecycle.settings.owner,
+            body.get("by"),
+            body.get("message"),
+        )
+
     def send(self, obj, status: int = 200) -> None:
         """Answer ``obj`` as JSON (nothing for 204); ``sent`` keeps the bytes for a replay."""
         self.set_status(status)
@@ -199,8 +215,9 @@ class PauseHandler(BaseHandler):
     @api
     @idempotent
     async def post(self, session_id):
-        self.body({})
-        s = await self.lifecycle.pause(session_id, reason="user")
+        asker = self.asker(self.body(ON_BEHALF))
+        reason = ADMIN_REASON if asker else "user"
+        s = await self.lifecycle.pause(session_id, reason=reason, asker=asker)
         self.send(self.lifecycle.view(s), 202)
 
 
@@ -244,8 +261,7 @@ class CancelHandler(BaseHandler):
     @api
     @idempotent
     async def post(self, session_id):
-        self.body({})
-        s = await self.lifecycle.cancel(session_id)
+        s = await self.lifecycle.cancel(session_id, asker=self.asker(self.body(ON_BEHALF)))
         self.send(self.lifecycle.view(s))
 
 

@@ -76,6 +76,11 @@ export interface paths {
          * Start (or join) a pause
          * @description Answers at once with the session `pausing`; the pause goes on in the server. On a
          *     session already pausing or paused, the pause in flight is joined.
+         *
+         *     Asked by someone other than the server's user (a JupyterHub service, or an admin
+         *     with `access:servers`), the pause is on their behalf: reason `admin`, and the
+         *     `paused` event's `by`, `via` and `admin_message` name them; the session's message
+         *     begins "Paused by an admin (<by>): <message>.". See `OnBehalf` for who may send `by`.
          */
         post: operations["pauseSession"];
         delete?: never;
@@ -122,7 +127,11 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Cancel a pause in progress (the kernel goes on) or a resume waiting for a GPU */
+        /**
+         * Cancel a pause in progress (the kernel goes on) or a resume waiting for a GPU
+         * @description Asked on the user's behalf (see `OnBehalf`), the `cancelled` event carries `by`,
+         *     `via` and `admin_message`, with reason `admin`.
+         */
         post: operations["cancelSession"];
         delete?: never;
         options?: never;
@@ -671,7 +680,7 @@ export interface components {
             time: string;
             session_id: string;
             type: components["schemas"]["EventType"];
-            /** @description who or what caused it (`user`, `policy:<name>`, `preemption`, `shutdown`, …) */
+            /** @description who or what caused it (`user`, `admin` on the user's behalf with `detail.by`, `policy:<name>`, `preemption`, `shutdown`, …) */
             reason: string;
             /** @description what the type says happened (open-ended; the webhooks documentation lists each type's fields) */
             detail: {
@@ -928,6 +937,15 @@ export interface components {
                 "application/json": components["schemas"]["Error"];
             };
         };
+        /** @description As `Forbidden`, and `not-on-behalf` when `by` names someone the caller may not act for */
+        ForbiddenOnBehalf: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Error"];
+            };
+        };
         /** @description No such session or checkpoint (`unknown-session`, `unknown-checkpoint`), or nothing configured (`no-budget`) */
         NotFound: {
             headers: {
@@ -1003,6 +1021,23 @@ export interface components {
         Empty: {
             content: {
                 "application/json": Record<string, never>;
+            };
+        };
+        /**
+         * @description A pause or a cancel, possibly on the user's behalf. Who it is for comes from
+         *     JupyterHub's word on the caller: a Hub service acts for `by` (default: the service's
+         *     name) and is its `via`; a Hub user other than the server's is `by` themselves (a
+         *     `by` naming someone else is 403 `not-on-behalf`); the server's own user (or any
+         *     caller without JupyterHub) sending `by` is 403 `not-on-behalf`.
+         */
+        OnBehalf: {
+            content: {
+                "application/json": {
+                    /** @description the admin's word to the user, in the session's message and the event's `admin_message` (over 500 characters is 400 `bad-message`) */
+                    message?: string | null;
+                    /** @description the admin a JupyterHub service acts for */
+                    by?: string | null;
+                };
             };
         };
     };
@@ -1137,11 +1172,11 @@ export interface operations {
             };
             cookie?: never;
         };
-        requestBody?: components["requestBodies"]["Empty"];
+        requestBody?: components["requestBodies"]["OnBehalf"];
         responses: {
             202: components["responses"]["Session"];
             400: components["responses"]["BadRequest"];
-            403: components["responses"]["Forbidden"];
+            403: components["responses"]["ForbiddenOnBehalf"];
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
             422: components["responses"]["IdempotencyKeyReused"];
@@ -1201,11 +1236,11 @@ export interface operations {
             };
             cookie?: never;
         };
-        requestBody?: components["requestBodies"]["Empty"];
+        requestBody?: components["requestBodies"]["OnBehalf"];
         responses: {
             200: components["responses"]["Session"];
             400: components["responses"]["BadRequest"];
-            403: components["responses"]["Forbidden"];
+            403: components["responses"]["ForbiddenOnBehalf"];
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
             422: components["responses"]["IdempotencyKeyReused"];

@@ -27,6 +27,7 @@ import {
   ISessionCommandArgs,
   SessionState
 } from '../tokens';
+import { onBehalfOf } from '../onbehalf/text';
 import { unpausable } from '../unpausable/text';
 import { reattach } from './reattach';
 import {
@@ -251,6 +252,12 @@ export class EventNotifier extends ModelEventListener {
         break;
       case 'paused':
         this._dismissWarning(sessionId);
+        this._refreshKernels();
+        if (onBehalfOf(event) !== null) {
+          // An admin paused it: OnBehalfNotifier says who and why, with Resume.
+          this._dismissOutcome(sessionId);
+          break;
+        }
         this._outcome(
           sessionId,
           Notification.success(
@@ -272,7 +279,6 @@ export class EventNotifier extends ModelEventListener {
             }
           )
         );
-        this._refreshKernels();
         break;
       case 'suspended':
         // An outcome: the pause's or the resume's toast replaces it.
@@ -442,6 +448,18 @@ export class EventNotifier extends ModelEventListener {
       Notification.dismiss(previous);
     }
     this._outcomes.set(sessionId, id);
+  }
+
+  /**
+   * The session's last outcome toast is over, and another notifier tells
+   * what follows.
+   */
+  private _dismissOutcome(sessionId: string): void {
+    const previous = this._outcomes.get(sessionId);
+    if (previous) {
+      Notification.dismiss(previous);
+      this._outcomes.delete(sessionId);
+    }
   }
 
   private _dismissWarning(sessionId: string): void {
