@@ -64,6 +64,8 @@ def api_path(url: str) -> str | None:
     """``/gpu-pause/api/...`` of a URL (or a path), whatever base_url precedes it; None when it
     is not under the prefix (Jupyter's own API, ``/metrics``, the Hub)."""
     path = urllib.parse.urlsplit(url).path
+    if path.startswith("/services/"):  # the Hub console's own API (hubservice/), not this one
+        return None
     at = path.find(PREFIX + "/")
     if at >= 0:
         return path[at:]

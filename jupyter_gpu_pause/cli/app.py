@@ -11,6 +11,8 @@ from .._version import __version__
 from .errors import USAGE
 from .output import Output
 
+PACKAGE = "jupyter_gpu_pause."
+# name -> (class, under jupyter_gpu_pause.cli unless named in full; help)
 SUBCOMMANDS = {
     "list": ("sessions.ListCommand", "List the sessions: state, notebook, idle time, checkpoint."),
     "show": ("sessions.ShowCommand", "Show one session in full."),
@@ -39,6 +41,10 @@ SUBCOMMANDS = {
     ),
     "verify": ("maintenance.VerifyCommand", "Check every checkpoint of a store [STORE]."),
     "gc": ("maintenance.GcCommand", "Free the blobs no checkpoint references [--dry-run]."),
+    "hub-service": (
+        "jupyter_gpu_pause.hubservice.app.HubServiceApp",
+        "Run the Hub console, a JupyterHub service for admins (docs/hub-console.md).",
+    ),
 }
 
 
@@ -63,7 +69,8 @@ jupyter gpu-pause report --since 7d --json
 jupyter gpu-pause verify /srv/gpu-pause/store
 """
     subcommands = {
-        k: (f"jupyter_gpu_pause.cli.{target}", help_) for k, (target, help_) in SUBCOMMANDS.items()
+        k: (target if target.startswith(PACKAGE) else f"{PACKAGE}cli.{target}", help_)
+        for k, (target, help_) in SUBCOMMANDS.items()
     }
 
     def _find_subcommand(self, name: str) -> str:
