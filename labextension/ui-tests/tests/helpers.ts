@@ -21,11 +21,55 @@ export const ARTIFACTS = path.resolve(__dirname, '..', 'artifacts');
 export const STORE = path.resolve(__dirname, '..', '.state', 'store');
 
 /**
- * Save a screenshot of the page as `artifacts/<name>.png`.
+ * Where the docs keep the screenshots they show.
+ */
+const DOCS_SCREENSHOTS = path.resolve(
+  __dirname,
+  '..',
+  '..',
+  '..',
+  'docs',
+  'screenshots'
+);
+
+/**
+ * The screenshots the docs show, by the name the specs give them: every UI test run takes them
+ * anew, so the docs never show a UI that is gone (tests/test_docs_screenshots.py checks that
+ * every image the docs show is one of these, or named there as needing a GPU).
+ */
+export const DOC_SHOTS: Record<string, string> = {
+  '02-paused': 'paused',
+  '05-unsaveable-dialog': 'unsaveable-dialog',
+  '07-idle-warning': 'idle-warning',
+  '09-hundred-sessions': 'sessions-panel',
+  '12-budget-held': 'budget-held',
+  '15-pausing-progress': 'pausing',
+  '16-waiting-row': 'waiting',
+  '18-gpu-free-notification': 'gpu-free',
+  '20b-rebuild-offer': 'rebuild-offer',
+  '25-hub-console': 'hub-console'
+};
+
+/**
+ * Copy `artifacts/<name>.png` into the docs when the docs show it.
+ */
+export function keepForDocs(name: string): void {
+  const doc = DOC_SHOTS[name];
+  if (doc) {
+    fs.copyFileSync(
+      path.join(ARTIFACTS, `${name}.png`),
+      path.join(DOCS_SCREENSHOTS, `${doc}.png`)
+    );
+  }
+}
+
+/**
+ * Save a screenshot of the page as `artifacts/<name>.png` (and in the docs, when they show it).
  */
 export async function snap(page: Page, name: string): Promise<void> {
   fs.mkdirSync(ARTIFACTS, { recursive: true });
   await page.screenshot({ path: path.join(ARTIFACTS, `${name}.png`) });
+  keepForDocs(name);
 }
 
 /**

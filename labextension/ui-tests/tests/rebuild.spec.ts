@@ -14,6 +14,7 @@ import {
   ARTIFACTS,
   appendAndRun,
   cellOutput,
+  keepForDocs,
   openPanel,
   row,
   runAndWait,
@@ -29,6 +30,7 @@ import {
 async function snapOf(target: Locator | Page, name: string): Promise<void> {
   fs.mkdirSync(ARTIFACTS, { recursive: true });
   await target.screenshot({ path: path.join(ARTIFACTS, `${name}.png`) });
+  keepForDocs(name);
 }
 
 /**
