@@ -7,7 +7,8 @@ PIP := $(PY) -m pip
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 JLPM := PATH=$(CURDIR)/$(VENV)/bin:$$PATH jlpm
 UI_TESTS := labextension/ui-tests
-PY_SOURCES := jupyter_gpu_pause tests benchmarks $(UI_TESTS)/jupyter_server_test_config.py
+PY_SOURCES := jupyter_gpu_pause tests benchmarks $(UI_TESTS)/jupyter_server_test_config.py \
+	docs/conf.py docs/_ext
 # What the server brings into a kernel (server/kernels/bundle.py): it runs on the kernel's
 # Python, 3.9 or newer, so lint holds it to 3.9's language and library.
 KERNEL_SOURCES := jupyter_gpu_pause/kernel jupyter_gpu_pause/store jupyter_gpu_pause/__init__.py \
@@ -22,7 +23,8 @@ GATEWAY_VENV := .venv-gateway
 GATEWAY_VERSION := 3.3.0
 PROJECT_VENV := .venv-project
 
-.PHONY: install lab test lint pytest jest ui-test chromium bench clean gateway-venv project-venv
+.PHONY: install lab test lint pytest jest ui-test chromium bench clean gateway-venv project-venv \
+	docs
 
 install: $(VENV)/.installed
 
@@ -97,7 +99,17 @@ chromium:
 		if [ "$$(id -u)" = 0 ]; then apt-get update -q && apt-get install -y -q chromium; \
 		else echo "The UI tests need Chromium: sudo apt-get install chromium" >&2; exit 1; fi; }
 
-test: lint jest pytest ui-test
+test: lint docs jest pytest ui-test
+
+# The documentation site in docs/_build/html: Sphinx + MyST + the pydata theme. Warnings are
+# errors (-W) and every reference must resolve (-n): a broken link fails the build. The
+# reference pages are generated from the code as it builds (docs/_ext/gpupause_reference.py).
+docs: install $(VENV)/.docs-installed
+	$(VENV)/bin/sphinx-build -W --keep-going -n -b html docs docs/_build/html
+
+$(VENV)/.docs-installed: $(VENV)/.installed pyproject.toml
+	$(PIP) install -q -e ".[docs]"
+	touch $@
 
 bench: install
 	$(PY) benchmarks/bench_pause_resume.py
@@ -106,4 +118,4 @@ clean:
 	rm -rf $(VENV) $(GATEWAY_VENV) $(PROJECT_VENV) labextension/node_modules labextension/lib \
 		jupyter_gpu_pause/labextension $(UI_TESTS)/node_modules $(UI_TESTS)/test-results \
 		$(UI_TESTS)/playwright-report $(UI_TESTS)/artifacts $(UI_TESTS)/.state \
-		tests/hub_proxy/node_modules
+		tests/hub_proxy/node_modules docs/_build docs/reference/_generated

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-OK = 0
+OK = 0  # the operation did what was asked (a pause ended paused, a list was printed)
 FAILED = 1  # the operation ran and failed (a pause that ended active, a damaged checkpoint)
 USAGE = 2  # bad arguments, bad input the server refused (400), an ambiguous name
 NOT_FOUND = 3  # no such session, checkpoint or store

@@ -1,4 +1,4 @@
-"""The Python client of jupyter_gpu_pause's REST API (docs/client.md).
+"""The Python client of jupyter_gpu_pause's REST API.
 
     from jupyter_gpu_pause.client import GpuPauseClient, WrongState
 

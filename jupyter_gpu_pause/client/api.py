@@ -1,9 +1,9 @@
 """``GpuPauseClient``: every operation of the REST API as a method, for scripts, schedulers and
 the ``jupyter gpu-pause`` CLI (which is built on it).
 
-Answers are the REST JSON as plain dicts (a Session, a Checkpoint, an Event: DESIGN §3 and
-docs/client.md), so a field the server adds reaches the caller without a release of this
-client. Refusals are typed errors (``errors.py``); lost requests are retried safely
+Answers are the REST JSON as plain dicts (a Session, a Checkpoint, an Event, as the REST
+reference describes them), so a field the server adds reaches the caller without a release of
+this client. Refusals are typed errors (``errors.py``); lost requests are retried safely
 (``transport.py``).
 """
 

@@ -48,7 +48,7 @@ _PROCESS_LOCAL = {"memory"}
 _CREDENTIALS_HELP = (
     "put credentials where the filesystem's own credential chain finds them, in the server's "
     "environment (for S3: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, AWS_PROFILE with "
-    "~/.aws/credentials, or an instance or pod role); see the README, 'Store credentials'"
+    "~/.aws/credentials, or an instance or pod role); see docs/security.md, 'Store credentials'"
 )
 
 

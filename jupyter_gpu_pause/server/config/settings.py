@@ -1,4 +1,4 @@
-"""Every ``c.GpuPauseApp.*`` setting, grouped as the README's configuration table groups them.
+"""Every ``c.GpuPauseApp.*`` setting, in groups (docs/reference/settings.md shows them so).
 
 ``GpuPauseSettings`` is a ``HasTraits`` mixin, not a ``Configurable``: ``GpuPauseApp`` inherits
 it, so each setting is read from the ``GpuPauseApp`` section only (traitlets builds an object's
@@ -367,7 +367,7 @@ class GpuPauseSettings(HasTraits):
 
     budget_metric_users = Bool(
         False,
-        help="Label gpu_pause_budget_used_ratio with the user's name too (off: only the "
+        help="Label jupyter_gpu_pause_budget_used_ratio with the user's name too (off: only the "
         "budget's name, so /metrics names no user). Default: False.",
     ).tag(config=True)
 

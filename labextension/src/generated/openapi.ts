@@ -464,12 +464,12 @@ export interface components {
              * @description when a policy will pause it, while it runs
              */
             pause_at: string | null;
-            /** @description the idle policy that governs it */
+            /** @description the idle policy that governs it, while it runs */
             policy: string | null;
             gpu: components["schemas"]["GpuUsage"] | null;
             checkpoint: components["schemas"]["CheckpointBrief"] | null;
             progress: components["schemas"]["Progress"] | null;
-            /** @description the place in the capacity queue */
+            /** @description the place in the capacity queue, from 1 */
             queue_position: number | null;
             waiting: components["schemas"]["Waiting"] | null;
             suspended: components["schemas"]["Suspension"] | null;
@@ -720,7 +720,7 @@ export interface components {
             monitor: {
                 /** @description seconds */
                 poll_interval: number;
-                /** @description the server's owner */
+                /** @description the server's owner, which `match.user` tests */
                 user: string | null;
                 passes: number;
                 /** Format: date-time */
@@ -854,7 +854,7 @@ export interface components {
             freed_bytes: number;
             kept_blobs: number;
             kept_bytes: number;
-            /** @description unreferenced */
+            /** @description unreferenced, but younger than the grace period */
             young_blobs: number;
             /** @description referenced again between the two looks */
             rescued_blobs: number;
