@@ -528,12 +528,3 @@ def test_the_settings_are_gpupauseapps_alone():
     help_text = GpuPauseApp.class_get_help()
     for name in GpuPauseSettings.class_trait_names(config=True):
         assert f"--GpuPauseApp.{name}=" in help_text
-
-
-def test_the_readme_table_lists_every_setting():
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    table = readme.split("## Configuration (`c.GpuPauseApp.*`)")[1].split("\n\n")[2]
-    missing = [
-        name for name in GpuPauseSettings.class_trait_names(config=True) if f"`{name}`" not in table
-    ]
-    assert missing == [], f"add these to the README's configuration table: {missing}"
