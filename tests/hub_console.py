@@ -122,7 +122,7 @@ class ConsoleHub(Hub):
 
     def start(self) -> None:
         super().start()
-        self.wait_until(self._console_answers, "the console service")
+        self.answering(self._console_answers, "the console service")
 
     def _console_answers(self) -> bool:
         try:

@@ -121,7 +121,16 @@ class Hub:
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
-        self.wait_until(lambda: self._answers(), "the Hub's API through the proxy")
+        self.answering(lambda: self._answers(), "the Hub's API through the proxy")
+
+    def answering(self, condition, what: str) -> None:
+        """Wait until the Hub (or what it runs) answers; a start that fails leaves no process
+        behind (the Hub stops its proxy and servers)."""
+        try:
+            self.wait_until(condition, what)
+        except BaseException:
+            self.stop()
+            raise
 
     def _answers(self) -> bool:
         if self.proc.poll() is not None:

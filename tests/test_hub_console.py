@@ -31,8 +31,8 @@ STATE = "w = list(range(5)); msg = 'alice a1'"
 def hub(tmp_path_factory, postgres):
     tmp = tmp_path_factory.mktemp("hub-console")
     hub = ConsoleHub(tmp, postgres.new_database())
-    hub.start()
     try:
+        hub.start()
         for user in ("alice", "bob"):
             hub.start_server_of(user)
         yield hub
