@@ -63,6 +63,8 @@ html_theme = "pydata_sphinx_theme"
 html_static_path: list[str] = []
 html_theme_options = {
     "navigation_with_keys": False,
+    # the four sections of index.md's toctree; each lists its pages in the left sidebar
+    "header_links_before_dropdown": 4,
     "show_toc_level": 2,
     "secondary_sidebar_items": ["page-toc"],
 }

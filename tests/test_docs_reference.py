@@ -287,9 +287,9 @@ def test_the_reference_pages_include_what_is_generated(tmp_path):
         text = path.read_text(encoding="utf-8")
         # And no generated text speaks of the project's internal design notes
         assert "DESIGN" not in text and "§" not in text, path.name
-    index = (DOCS / "index.md").read_text(encoding="utf-8")
+    index = (DOCS / "reference" / "index.md").read_text(encoding="utf-8")
     for name in [*gen.PAGES, "client.md"]:
-        assert f"reference/{name.removesuffix('.md')}\n" in index, name
+        assert f"\n{name.removesuffix('.md')}\n" in index, name
 
 
 def test_the_readme_is_one_page_and_speaks_to_users():
