@@ -20,6 +20,7 @@ from jupyter_gpu_pause.kernel.agent import PROTOCOL
 from jupyter_gpu_pause.version import __version__
 from tests.fakes import FailingCapacity, FlakySessionManager, StubbornKernelManager
 from tests.test_faults import READBACK, READBACK_OK, STATE, manifests
+from tests.waiting import wait_for
 
 # A cell that replaces the agent in this kernel by one that publishes REPLY (or nothing).
 LIAR = r"""
@@ -178,7 +179,16 @@ async def test_a_stopped_kernel_process_ends_the_pause_by_itself(lab, store_dir)
     # Given a notebook with state whose kernel process is stopped (SIGSTOP: it shows idle)
     s = await lab.open_notebook()
     await lab.run(s["kernel_id"], STATE)
-    pid = lab.app.kernel_manager.get_kernel(s["kernel_id"]).provisioner.process.pid
+    kernel = lab.app.kernel_manager.get_kernel(s["kernel_id"])
+
+    # the server has the kernel's idle status (it follows the cell's reply by a moment: a
+    # process stopped before it would stay busy, and a pause of a busy kernel waits for its
+    # cell, which is another test's case)
+    async def shown_idle() -> bool:
+        return kernel.execution_state == "idle"
+
+    await wait_for(shown_idle, what="the kernel shown idle")
+    pid = kernel.provisioner.process.pid
     os.kill(pid, signal.SIGSTOP)
     try:
         # When the user pauses
