@@ -27,10 +27,9 @@ import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
-from ..server.budgets.ledger import BudgetLedger
 from ..server.budgets.periods import PERIODS, bounds
-from ..server.budgets.rules import BudgetRule, applicable, exempt
-from ..server.budgets.service import figures
+from ..server.budgets.rules import BudgetRule
+from ..server.budgets.service import Budgets
 from ..server.capacity.queue import CapacityQueue, QueueUnavailable
 from ..server.monitor.accounting import hour_key
 from ..server.state.errors import BadRequest, GpuPauseError, NotFound, WrongState
@@ -121,8 +120,14 @@ class Console:
         refresh_seconds: float,
         log,
     ):
-        self.queue, self.hub, self.rules, self.exempt = queue, hub, rules, exempt
-        self.ledger = BudgetLedger(queue)
+        self.queue, self.hub = queue, hub
+        # the rules and figures every user's server uses for its GET budget (the console is
+        # no user's server: no user of its own, no admins, nothing to meter)
+        self.budgets = Budgets(
+            rules=rules, exempt=exempt, admins=[], weights={}, user="", queue=queue,
+            gpu_names=dict, log=log,
+        )  # fmt: skip
+        self.ledger = self.budgets.ledger
         self.refresh_seconds = refresh_seconds
         self.log = log
 
@@ -257,19 +262,10 @@ class Console:
             self.log.warning("jupyter_gpu_pause hub service: the Hub's groups: %s", e)
         return users
 
-    def _rule(self, user: str, groups: frozenset[str]) -> BudgetRule | None:
-        if exempt(self.exempt, user, groups):
-            return None
-        return applicable(self.rules, user, groups)
-
     async def _budget(self, user: str, groups: frozenset[str]) -> dict | None:
         """The figures ``GET budget`` shows ``user`` (the same rule, the same queue rows)."""
-        rule = self._rule(user, groups)
-        if rule is None:
-            return None
-        start, _ = bounds(rule.period, datetime.now(timezone.utc))
-        facts = await self.ledger.facts(user, start.timestamp() - 60)
-        return figures(rule, user, facts).to_json()
+        f = await self.budgets.figures_of(user, groups)
+        return f.to_json() if f is not None else None
 
     async def usage(self, period: str, by: str) -> dict:
         if by not in ("user", "group"):
@@ -453,16 +449,11 @@ class Console:
         typo must not grant hours to nobody)."""
         if not isinstance(user, str) or not user.strip():
             raise BadRequest('name the user: {"user": "alice", …}', "bad-user")
-        groups = await self._groups()
+        groups = await self._groups()  # every Hub user, and every user the queue knows
         if user not in groups:
-            try:
-                hub_users = {u["name"] for u in await self.hub.users()}
-            except HubUnreachable:
-                hub_users = set()
-            if user not in hub_users:
-                raise NotFound(f"no Hub user or queue user is named {user!r}", "unknown-user")
-        mine = groups.get(user, frozenset())
-        if self._rule(user, mine) is None:
+            raise NotFound(f"no Hub user or queue user is named {user!r}", "unknown-user")
+        mine = groups[user]
+        if self.budgets.rule_for(user, mine) is None:
             raise NotFound(
                 f"no budget applies to {user} (exempt, or no entry matches)", "no-budget"
             )

@@ -10,6 +10,7 @@ JupyterHub's auth checks before it accepts the cookie.
 
 from __future__ import annotations
 
+import functools
 import html
 import json
 from pathlib import Path
@@ -19,7 +20,8 @@ from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated,
 from tornado import web
 from tornado.log import app_log
 
-from ..server.state.errors import BadRequest, GpuPauseError
+from ..server.state.errors import GpuPauseError
+from ..server.web.bodies import json_body
 from ..version import __version__
 from .console import Admin
 
@@ -28,6 +30,12 @@ if TYPE_CHECKING:
 
 HERE = Path(__file__).parent
 TEMPLATE = HERE / "templates" / "console.html"
+
+
+@functools.cache
+def _template() -> str:
+    """The page's template, read once (not from disk on the event loop at every request)."""
+    return TEMPLATE.read_text()
 
 
 class ConsoleHandler(HubOAuthenticated, web.RequestHandler):
@@ -74,23 +82,7 @@ class ApiHandler(ConsoleHandler):
         )
 
     def body(self, allowed: dict) -> dict:
-        try:
-            data = json.loads(self.request.body or b"{}")
-        except ValueError:
-            raise BadRequest("the request body is not valid JSON", "bad-json") from None
-        if not isinstance(data, dict):
-            raise BadRequest("the request body must be a JSON object", "bad-json")
-        for key, value in data.items():
-            if key not in allowed:
-                raise BadRequest(
-                    f"unknown field {key!r}; expected one of: {', '.join(allowed)}",
-                    "unknown-field",
-                )
-            if value is not None and (
-                not isinstance(value, allowed[key]) or isinstance(value, bool)
-            ):
-                raise BadRequest(f"field {key!r} has the wrong type", "bad-field")
-        return data
+        return json_body(self.request.body, allowed)
 
     def send(self, obj, status: int = 200) -> None:
         self.set_status(status)
@@ -127,7 +119,7 @@ class PageHandler(ConsoleHandler):
             "user": self.admin.name,
             "version": __version__,
         }  # fmt: skip
-        page = TEMPLATE.read_text().format_map({k: html.escape(v) for k, v in values.items()})
+        page = _template().format_map({k: html.escape(v) for k, v in values.items()})
         self.set_header("Cache-Control", "no-store")
         self.finish(page)
 

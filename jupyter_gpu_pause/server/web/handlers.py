@@ -27,6 +27,7 @@ from ...store.format import iso, parse_iso
 from ..state.asker import Asker
 from ..state.errors import BadRequest, Forbidden, GpuPauseError, NotFound
 from ..state.event_types import ADMIN_REASON
+from .bodies import json_body
 from .idempotency import error_document, idempotent
 from .on_behalf import asker_of
 
@@ -144,29 +145,7 @@ class BaseHandler(ExtensionHandlerMixin, APIHandler):
 
     def body(self, allowed: dict) -> dict:
         """The JSON object body, checked against ``allowed`` = {field: type(s)}."""
-        raw = self.request.body or b"{}"
-        try:
-            data = json.loads(raw)
-        except ValueError:
-            raise BadRequest("the request body is not valid JSON", "bad-json") from None
-        if not isinstance(data, dict):
-            raise BadRequest("the request body must be a JSON object", "bad-json")
-        for key, value in data.items():
-            if key not in allowed:
-                raise BadRequest(
-                    f"unknown field {key!r}; expected one of: {', '.join(allowed) or 'none'}",
-                    "unknown-field",
-                )
-            kinds = allowed[key] if isinstance(allowed[key], tuple) else (allowed[key],)
-            if value is not None and (
-                not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds)
-            ):
-                kind = "number" if float in kinds else " or ".join(k.__name__ for k in kinds)
-                raise BadRequest(
-                    f"field {key!r} must be a {kind}, not {json.dumps(value)}",
-                    "bad-field",
-                )
-        return data
+        return json_body(self.request.body, allowed)
 
     def asker(self, body: dict) -> Asker | None:
         """The admin this request acts for (on_behalf.py), from the Hub's word on the caller;
